@@ -1,0 +1,199 @@
+"""The ``jobmaster`` command (click).
+
+``jobmaster -c FILE`` is ``jobmaster run -c FILE``. The options of ``run``
+are generated from the settings registry, so a new setting with a CLI flag
+appears here, in ``--help`` and in the README table at once. Errors are one
+line on stderr with the exit codes of exitcodes.py; ``--debug`` adds the
+traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import redis
+
+from jobmaster import exitcodes
+from jobmaster.app import AppImportError, import_app
+from jobmaster.client import Client
+from jobmaster.config import Config, load_config
+from jobmaster.connection import check_version, connect
+from jobmaster.errors import ConfigError, JobmasterError
+from jobmaster.settings import SETTINGS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class DefaultRunGroup(click.Group):
+    """A group whose default command is ``run``: ``jobmaster -c FILE`` starts the workers."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+def config_options(func: F) -> F:
+    """``-c FILE``, ``--redis-url`` and ``--debug``, which every subcommand takes."""
+    func = click.option("--debug", is_flag=True, help="Show tracebacks of errors.")(func)
+    func = click.option("--redis-url", "redis_url", default=None, help=SETTINGS["redis_url"].help)(
+        func
+    )
+    func = click.option(
+        "-c", "--config", "config_file", default=None, metavar="FILE", help="The TOML config file."
+    )(func)
+    return func
+
+
+def setting_options(func: F) -> F:
+    """One option per setting that has a CLI flag, from the registry."""
+    for setting in reversed(list(SETTINGS.values())):
+        if not setting.cli or setting.name == "redis_url":
+            continue
+        env = f" [env: {', '.join(setting.env_vars)}]" if setting.env_vars else ""
+        func = click.option(
+            *setting.cli,
+            setting.name,
+            multiple=setting.multiple,
+            default=None,
+            help=setting.help + env,
+        )(func)
+    return func
+
+
+def reports_errors(func: F) -> F:
+    """Turn our errors into one line and an exit code, before anything is forked."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = kwargs.get("debug", False)
+        try:
+            return func(*args, **kwargs)
+        except (JobmasterError, redis.RedisError) as error:
+            if debug:
+                raise
+            code = exitcodes.RUNTIME_FAILURE
+            if isinstance(error, ConfigError):
+                code = exitcodes.USAGE
+            elif isinstance(error, AppImportError):
+                code = exitcodes.APP_LOAD_FAILED
+            click.echo(f"jobmaster: {error}", err=True)
+            sys.exit(code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load(config_file: str | None, overrides: dict[str, Any]) -> Config:
+    return load_config(config_file, overrides)
+
+
+@click.group(cls=DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="jobmaster")
+def main() -> None:
+    """jobmaster: Redis-backed background jobs, run by a supervising master.
+
+    `jobmaster -c jobmaster.toml` is the same as `jobmaster run -c jobmaster.toml`.
+    """
+
+
+@main.command()
+@config_options
+@setting_options
+@reports_errors
+def run(config_file: str | None, debug: bool, **overrides: Any) -> None:
+    """Start the workers (the default command). Flags override the file."""
+    from jobmaster.embedded import EmbeddedRedis
+    from jobmaster.log import setup_logging
+    from jobmaster.worker.foreground import run_foreground
+
+    config = load(config_file, overrides)
+    setup_logging(config.log_level, config.log_format)
+    import_app(config.app)
+    embedded = EmbeddedRedis(Path(config.data_dir)) if config.redis_url == "embedded" else None
+    if embedded is not None:
+        embedded.start()
+    try:
+        code = run_foreground(config, embedded)
+    finally:
+        if embedded is not None:
+            embedded.stop()  # stopped last: every job was pushed back before this
+    sys.exit(code)
+
+
+@main.command()
+@config_options
+@setting_options
+@reports_errors
+def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
+    """Validate the config, import the app, reach Redis; print what would run."""
+    config = load(config_file, overrides)
+    jobs = import_app(config.app)
+    lines = [
+        f"config:      {config.source or '(none: defaults and environment)'}",
+        f"app:         {', '.join(config.app) or '(none)'}",
+        f"jobs:        {', '.join(jobs) or '(none registered)'}",
+        f"processes:   {config.processes} x {config.concurrency} threads",
+        f"queues:      {', '.join(config.queues)}{' (strict order)' if config.strict else ''}",
+        f"namespace:   {config.namespace}",
+    ]
+    if config.redis_url == "embedded":
+        lines.append(f"redis:       embedded, in {config.data_dir} (started by `jobmaster run`)")
+    else:
+        version = check_version(connect(config.redis_url, data_dir=config.data_dir))
+        lines.append(
+            f"redis:       {config.redis_url_masked} (Redis {'.'.join(map(str, version))})"
+        )
+    for name, entry in config.periodic.items():
+        when = entry.cron if entry.cron is not None else f"every {entry.every:g}s"
+        lines.append(f"periodic:    {name}: {entry.job} ({when})")
+    click.echo("\n".join(lines))
+    click.echo("ok")
+
+
+@main.command()
+@click.argument("job")
+@click.argument("json_args", nargs=-1, metavar="[JSON_ARG]...")
+@click.option("--queue", "queue", default="default", show_default=True, help="Queue to push to.")
+@click.option(
+    "--in",
+    "delay",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Run it this many seconds from now.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@config_options
+@reports_errors
+def enqueue(
+    job: str,
+    json_args: tuple[str, ...],
+    queue: str,
+    delay: float | None,
+    as_json: bool,
+    config_file: str | None,
+    redis_url: str | None,
+    debug: bool,
+) -> None:
+    """Enqueue JOB with arguments given as JSON values: jobmaster enqueue app.add 1 2."""
+    args = []
+    for index, text in enumerate(json_args):
+        try:
+            args.append(json.loads(text))
+        except ValueError as error:
+            raise ConfigError(f"argument {index} ({text!r}) is not JSON: {error}") from None
+    config = load(config_file, {"redis_url": redis_url})
+    client = Client(config.redis_url, namespace=config.namespace, data_dir=config.data_dir)
+    item: dict[str, Any] = {"job": job, "args": args, "queue": queue}
+    if delay is not None:
+        import time
+
+        item["at"] = time.time() + delay
+    jid = client.push(item)
+    click.echo(json.dumps({"jid": jid}) if as_json else jid)

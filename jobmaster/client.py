@@ -1,0 +1,181 @@
+"""The producer side: pushing jobs into Redis.
+
+``Client.push`` and ``Client.push_bulk`` take plain dicts (job name, args,
+queue...) so a producer can enqueue jobs it does not import; the job API
+(job.py) builds on them. This module imports nothing from the worker or
+supervisor side.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from jobmaster import payload as wire
+from jobmaster.connection import connect
+from jobmaster.errors import EnqueueError
+from jobmaster.keys import Keys
+from jobmaster.scripts import Scripts
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+BULK_CHUNK = 1000  # payloads per PUSH call: one round trip per chunk
+PUSH_FIELDS = {"job", "args", "kwargs", "queue", "retry", "at"}
+
+
+def url_from_environment() -> str:
+    """JOBMASTER_REDIS_URL, else REDIS_URL (Heroku's add-ons set it), else local."""
+    return os.environ.get("JOBMASTER_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+
+
+class Client:
+    """Pushes jobs to one Redis and namespace."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        namespace: str = "jobmaster",
+        data_dir: str | Path = ".jobmaster",
+        connection: redis.Redis | None = None,
+    ) -> None:
+        self.redis = connection or connect(redis_url or url_from_environment(), data_dir=data_dir)
+        self.keys = Keys(namespace)
+        self.scripts = Scripts(self.redis)
+
+    # -- dict API, for producers that don't import the job ---------------
+    def push(self, item: Mapping[str, Any]) -> str:
+        """Enqueue one job from ``{"job", "args", "kwargs", "queue", "retry", "at"}``.
+
+        Other keys are copied into the payload. Returns the jid.
+        """
+        payload = self._payload_from_item(item, item.get("args", []), item.get("kwargs", {}))
+        self.push_payloads([payload], at=item.get("at"))
+        return str(payload["jid"])
+
+    def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
+        """Enqueue many jobs of one kind: ``item["args"]`` is a list of argument lists.
+
+        One round trip per 1,000 jobs. ``item["kwargs"]``, if given, is applied to
+        every job.
+        """
+        arg_lists = item.get("args")
+        if not isinstance(arg_lists, list | tuple) or not all(
+            isinstance(args, list | tuple) for args in arg_lists
+        ):
+            raise TypeError("push_bulk: 'args' must be a list of argument lists")
+        kwargs = item.get("kwargs", {})
+        payloads = [self._payload_from_item(item, args, kwargs) for args in arg_lists]
+        self.push_payloads(payloads, at=item.get("at"))
+        return [str(p["jid"]) for p in payloads]
+
+    def _payload_from_item(
+        self, item: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        job = item.get("job")
+        if not isinstance(job, str) or not job:
+            raise TypeError("push: 'job' must be the job's registered name (a string)")
+        if not isinstance(args, list | tuple):
+            raise TypeError(f"{job}: 'args' must be a list")
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"{job}: 'kwargs' must be a dict")
+        extra = {k: v for k, v in item.items() if k not in PUSH_FIELDS}
+        wire.check_json(extra, f"{job}: extra fields")
+        if "retry" in item:
+            # Without it the worker applies the job's own ``retry`` option: a
+            # producer that doesn't import the job shouldn't override it.
+            extra["retry"] = item["retry"]
+        return wire.build(job, args, kwargs, queue=str(item.get("queue", "default")), extra=extra)
+
+    # -- payloads, for the job API ---------------------------------------
+    def push_payloads(self, payloads: Iterable[dict[str, Any]], at: float | None = None) -> None:
+        """Push built payloads now, or into the scheduled set if ``at`` is in the future."""
+        batch = list(payloads)
+        try:
+            if at is not None and float(at) > time.time():
+                self._schedule(batch, float(at))
+            else:
+                self._push_now(batch)
+        except redis.RedisError as error:
+            names = sorted({str(p.get("job")) for p in batch})
+            raise EnqueueError(f"could not enqueue {', '.join(names)}: {error}") from error
+
+    def _push_now(self, payloads: list[dict[str, Any]]) -> None:
+        now = time.time()
+        by_queue: dict[str, list[bytes]] = {}
+        for payload in payloads:
+            payload["enqueued_at"] = now
+            by_queue.setdefault(str(payload["queue"]), []).append(wire.encode(payload))
+        calls = [
+            (queue, encoded[start : start + BULK_CHUNK])
+            for queue, encoded in by_queue.items()
+            for start in range(0, len(encoded), BULK_CHUNK)
+        ]
+        if len(calls) == 1:
+            queue, chunk = calls[0]
+            self.scripts.push(keys=self._push_keys(queue), args=self._push_args(queue, chunk))
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for queue, chunk in calls:
+            self.scripts.push(
+                keys=self._push_keys(queue), args=self._push_args(queue, chunk), client=pipe
+            )
+        pipe.execute()
+
+    def _push_keys(self, queue: str) -> list[str]:
+        return [self.keys.queue(queue), self.keys.queues]
+
+    def _push_args(self, queue: str, chunk: list[bytes]) -> list[Any]:
+        return [queue, self.keys.wakeup_channel(queue), *chunk]
+
+    def _schedule(self, payloads: list[dict[str, Any]], at: float) -> None:
+        mapping = {wire.encode(p): at for p in payloads}
+        for start in range(0, len(payloads), BULK_CHUNK):
+            chunk = dict(list(mapping.items())[start : start + BULK_CHUNK])
+            self.redis.zadd(self.keys.scheduled, chunk)
+
+
+# -- the default client used by the job API ------------------------------
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def configure(
+    redis_url: str | None = None,
+    *,
+    namespace: str | None = None,
+    config: str | os.PathLike[str] | None = None,
+) -> Client:
+    """Set where ``job.enqueue`` pushes: a URL, or the same config file the workers use.
+
+    With ``config``, the file's ``redis_url``, ``namespace`` and ``data_dir``
+    apply (so ``redis_url = "embedded"`` reaches the workers' embedded Redis);
+    explicit arguments win.
+    """
+    global _default
+    data_dir: str | Path = ".jobmaster"
+    if config is not None:
+        from jobmaster.config import load_config  # config pulls in the whole settings table
+
+        loaded = load_config(config)
+        redis_url = redis_url or loaded.redis_url
+        namespace = namespace or loaded.namespace
+        data_dir = loaded.data_dir
+    client = Client(redis_url, namespace=namespace or "jobmaster", data_dir=data_dir)
+    with _default_lock:
+        _default = client
+    return client
+
+
+def default_client() -> Client:
+    """The configured client, created from the environment on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Client()
+        return _default

@@ -1,0 +1,275 @@
+"""Load the configuration: defaults, then the TOML file, then env, then CLI.
+
+Every mistake is a ``ConfigError`` of one line that says where the bad value
+came from (file and key, environment variable or option), so that it is
+caught before anything is forked and fixed without reading a traceback.
+What the settings are and how each is parsed lives in ``jobmaster.settings``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from croniter import croniter
+
+from jobmaster.cpus import usable_cpus
+from jobmaster.errors import ConfigError
+from jobmaster.settings import SETTINGS, Parser, boolean, mask_url, number, queue_name
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+__all__ = ["Config", "PeriodicEntry", "load_config", "mask_url"]
+
+
+def _default(name: str) -> Callable[[], Any]:
+    # Defaults come from SETTINGS, copied so that no two configs share a list.
+    return lambda: copy.deepcopy(SETTINGS[name].default)
+
+
+@dataclass(frozen=True)
+class PeriodicEntry:
+    """One ``[periodic.NAME]`` table: a job enqueued on a cron or every N seconds."""
+
+    name: str
+    job: str
+    cron: str | None = None
+    every: float | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    enabled: bool = True
+
+
+@dataclass
+class Config:
+    """The settings in force, one attribute per entry of ``SETTINGS``."""
+
+    app: list[str] = field(default_factory=_default("app"))
+    redis_url: str = field(default_factory=_default("redis_url"))
+    processes: int = field(default_factory=usable_cpus)
+    concurrency: int = field(default_factory=_default("concurrency"))
+    queues: list[str] = field(default_factory=_default("queues"))
+    strict: bool = field(default_factory=_default("strict"))
+    shutdown_timeout: float = field(default_factory=_default("shutdown_timeout"))
+    preload: bool = field(default_factory=_default("preload"))
+    max_child_mb: int | str = field(default_factory=_default("max_child_mb"))  # an int, or "auto"
+    max_jobs_per_child: int = field(default_factory=_default("max_jobs_per_child"))
+    memory_metric: str = field(default_factory=_default("memory_metric"))
+    memory_check_interval: float = field(default_factory=_default("memory_check_interval"))
+    memory_grace: float = field(default_factory=_default("memory_grace"))
+    max_crashes: int = field(default_factory=_default("max_crashes"))
+    crash_queue: str = field(default_factory=_default("crash_queue"))
+    heartbeat_ttl: float = field(default_factory=_default("heartbeat_ttl"))
+    namespace: str = field(default_factory=_default("namespace"))
+    data_dir: str = field(default_factory=_default("data_dir"))
+    log_level: str = field(default_factory=_default("log_level"))
+    log_format: str = field(default_factory=_default("log_format"))
+    dead_max_jobs: int = field(default_factory=_default("dead_max_jobs"))
+    dead_max_days: float = field(default_factory=_default("dead_max_days"))
+    poll_interval: float = field(default_factory=_default("poll_interval"))
+    source: str | None = None
+    periodic: dict[str, PeriodicEntry] = field(default_factory=dict)
+
+    @property
+    def queue_weights(self) -> list[tuple[str, int]]:
+        """``["critical:3", "low"]`` as ``[("critical", 3), ("low", 1)]``."""
+        pairs = []
+        for entry in self.queues:
+            name, _, weight = entry.partition(":")
+            pairs.append((name, int(weight) if weight else 1))
+        return pairs
+
+    @property
+    def queue_names(self) -> list[str]:
+        return [name for name, _ in self.queue_weights]
+
+    @property
+    def redis_url_masked(self) -> str:
+        """The Redis URL safe to log or print."""
+        return mask_url(self.redis_url)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read the config with precedence CLI ``overrides`` > ``env`` > file > defaults.
+
+    ``overrides`` are CLI values by setting name, strings or already parsed;
+    ``None`` and empty lists (click's default for a repeatable option) mean
+    "not given". Raises ``ConfigError`` with one readable line.
+    """
+    values = {name: copy.deepcopy(setting.default) for name, setting in SETTINGS.items()}
+    periodic: dict[str, PeriodicEntry] = {}
+    source = None
+    base = os.getcwd()
+    if path is not None:
+        label = os.fspath(path)
+        data = _read_toml(label)
+        values.update(_file_values(data, label))
+        periodic = _periodic(data.get("periodic", {}), label)
+        source = os.path.abspath(label)
+        base = os.path.dirname(source)
+    values.update(_env_values(os.environ if env is None else env))
+    values.update(_cli_values(overrides or {}))
+    if values["processes"] is None:
+        values["processes"] = usable_cpus()
+    # Producers and workers started from different folders with the same
+    # config file must find the same embedded Redis socket.
+    values["data_dir"] = os.path.abspath(os.path.join(base, os.path.expanduser(values["data_dir"])))
+    return Config(**values, source=source, periodic=periodic)
+
+
+def _read_toml(label: str) -> dict[str, Any]:
+    try:
+        with open(label, "rb") as file:
+            data: dict[str, Any] = tomllib.load(file)
+            return data
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{label}: not valid TOML: {exc}") from exc
+
+
+def _suggest(key: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _file_values(data: Mapping[str, Any], label: str) -> dict[str, Any]:
+    values = {}
+    for key, raw in data.items():
+        if key == "periodic":
+            continue
+        if key not in SETTINGS:
+            hint = _suggest(key, [*SETTINGS, "periodic"])
+            raise ConfigError(f"{label}: unknown key {key!r}{hint}")
+        try:
+            values[key] = SETTINGS[key].parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{label}: {key!r} {exc}") from None
+    return values
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
+    values = {}
+    for name, setting in SETTINGS.items():
+        for var in setting.env_vars:
+            raw = env.get(var, "")
+            # An empty variable (``VAR=`` in a .env file or a Compose file) is
+            # taken as unset rather than as an invalid value.
+            if not raw.strip():
+                continue
+            try:
+                values[name] = setting.parse(raw)
+            except ValueError as exc:
+                raise ConfigError(f"environment {var}: {exc}") from None
+            break  # the first variable set wins: JOBMASTER_REDIS_URL over REDIS_URL
+    return values
+
+
+def _cli_values(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    values = {}
+    for name, raw in overrides.items():
+        if name not in SETTINGS:
+            raise ConfigError(f"unknown setting {name!r}{_suggest(name, SETTINGS)}")
+        if raw is None or (isinstance(raw, list | tuple) and not raw):
+            continue
+        setting = SETTINGS[name]
+        try:
+            values[name] = setting.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"option {setting.option or name}: {exc}") from None
+    return values
+
+
+# --- [periodic.NAME] -------------------------------------------------------------
+
+_PERIODIC_KEYS = ("job", "cron", "every", "args", "kwargs", "queue", "enabled")
+
+
+def _periodic(tables: object, label: str) -> dict[str, PeriodicEntry]:
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise ConfigError(f"{label}: 'periodic' must hold [periodic.NAME] tables")
+    entries = {}
+    for name, table in tables.items():
+        try:
+            entries[name] = _periodic_entry(name, table)
+        except ValueError as exc:
+            raise ConfigError(f"{label}: [periodic.{name}] {exc}") from None
+    return entries
+
+
+def _periodic_entry(name: str, table: Mapping[str, Any]) -> PeriodicEntry:
+    for key in table:
+        if key not in _PERIODIC_KEYS:
+            raise ValueError(f"unknown key {key!r}{_suggest(key, _PERIODIC_KEYS)}")
+    if "job" not in table:
+        raise ValueError("'job' is required")
+    job = table["job"]
+    if not isinstance(job, str) or not job:
+        raise ValueError(f"'job' must be the name of a job, got {job!r}")
+    if ("cron" in table) == ("every" in table):
+        raise ValueError("needs exactly one of 'cron' and 'every'")
+    cron = table.get("cron")
+    if cron is not None and not _valid_cron(cron):
+        raise ValueError(f"'cron' must be a cron expression of 5 or 6 fields, got {cron!r}")
+    args = _field(table, "args", _of_type(list, "a list"), [])
+    kwargs = _field(table, "kwargs", _of_type(dict, "a table"), {})
+    return PeriodicEntry(
+        name=name,
+        job=job,
+        cron=cron,
+        every=_field(table, "every", number(0, exclusive=True), None),
+        args=args,
+        kwargs=kwargs,
+        queue=_field(table, "queue", _periodic_queue, None),
+        enabled=_field(table, "enabled", boolean, True),
+    )
+
+
+def _field(table: Mapping[str, Any], key: str, parse: Parser, default: Any) -> Any:
+    if key not in table:
+        return default
+    try:
+        return parse(table[key])
+    except ValueError as exc:
+        raise ValueError(f"{key!r} {exc}") from None
+
+
+def _of_type(kind: type, what: str) -> Parser:
+    def parse(value: object) -> object:
+        if not isinstance(value, kind):
+            raise ValueError(f"must be {what}, got {value!r}")
+        return value
+
+    return parse
+
+
+def _periodic_queue(value: object) -> str:
+    try:
+        if isinstance(value, str):
+            return queue_name(value)
+    except ValueError:
+        pass
+    raise ValueError(f"must be a queue name, got {value!r}")
+
+
+def _valid_cron(expression: object) -> bool:
+    # croniter also takes 7 fields (years) and @aliases; the scheduler is only
+    # promised 5 fields, or 6 with seconds.
+    return (
+        isinstance(expression, str)
+        and len(expression.split()) in (5, 6)
+        and bool(croniter.is_valid(expression))
+    )

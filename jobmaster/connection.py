@@ -1,0 +1,77 @@
+"""Opening Redis connections, and the version check.
+
+One place decides timeouts and what ``redis_url = "embedded"`` means, so
+producers, workers and the CLI reach the same server the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from jobmaster.embedded import embedded_url
+from jobmaster.errors import RedisVersionError
+
+MIN_REDIS_VERSION = (6, 2)
+EMBEDDED = "embedded"
+
+
+def resolve_url(redis_url: str, data_dir: str | Path) -> str:
+    """The real URL: ``embedded`` becomes the unix socket in ``data_dir``."""
+    if redis_url == EMBEDDED:
+        return embedded_url(Path(data_dir).absolute())
+    return redis_url
+
+
+def connect(
+    redis_url: str,
+    *,
+    data_dir: str | Path = ".jobmaster",
+    max_connections: int | None = None,
+    retry_commands: bool = True,
+) -> redis.Redis:
+    """A client speaking bytes (payloads are kept exactly as stored).
+
+    Timeouts are bounded so that a call made while Redis is away fails within
+    seconds and the calling loop can log and back off instead of hanging.
+    Workers pass ``retry_commands=False``: a command redis-py re-sent after a
+    lost reply could move a second job into the in-progress list; the
+    worker's own loops retry where that is safe.
+    """
+    options: dict[str, object] = {
+        "socket_timeout": 10.0,
+        "socket_connect_timeout": 3.0,
+        "health_check_interval": 30,
+    }
+    if max_connections is not None:
+        options["max_connections"] = max_connections
+    if not retry_commands:
+        options["retry"] = Retry(NoBackoff(), 0)
+    return redis.Redis.from_url(resolve_url(redis_url, data_dir), **options)
+
+
+def byte_list(reply: Any) -> list[bytes]:
+    """A list reply of a client made by ``connect`` (bytes, not str), typed as such."""
+    return cast(list[bytes], list(reply))
+
+
+def server_version(client: redis.Redis) -> tuple[int, ...]:
+    """The server's version as a tuple of ints, from INFO server."""
+    info = client.info("server")
+    text = str(info.get("redis_version", "0"))
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def check_version(client: redis.Redis) -> tuple[int, ...]:
+    """Refuse a server older than 6.2: LMOVE, which reliable fetch is built on, is 6.2."""
+    version = server_version(client)
+    if version < MIN_REDIS_VERSION:
+        shown = ".".join(map(str, version)) or "unknown"
+        raise RedisVersionError(
+            f"Redis {shown} is too old: jobmaster needs Redis 6.2 or newer (for LMOVE)"
+        )
+    return version

@@ -1,0 +1,27 @@
+"""Exceptions that users and operators see.
+
+Each one carries a message meant to be printed as one readable line: the CLI
+prints ``str(error)`` without a traceback (unless ``--debug``).
+"""
+
+from __future__ import annotations
+
+
+class JobmasterError(Exception):
+    """Base class of every error jobmaster raises on purpose."""
+
+
+class ConfigError(JobmasterError):
+    """A setting is unknown, of the wrong type or impossible (exit code 2)."""
+
+
+class RedisVersionError(JobmasterError):
+    """The Redis server is older than the 6.2 that LMOVE and our scripts need."""
+
+
+class EnqueueError(JobmasterError):
+    """A job could not be pushed (Redis refused or is unreachable)."""
+
+
+class Permanent(Exception):
+    """Raise from a job to skip its retries: it goes to the dead set at once."""

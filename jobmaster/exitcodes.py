@@ -1,0 +1,12 @@
+"""Exit codes of the ``jobmaster`` command and its processes: one table.
+
+Reserved codes let the master tell "the app cannot even load" from an
+ordinary crash, so a broken deploy halts instead of fork-looping.
+"""
+
+from __future__ import annotations
+
+OK = 0
+RUNTIME_FAILURE = 1
+USAGE = 2  # bad usage or config, detected before anything is forked
+APP_LOAD_FAILED = 3  # the app modules failed to import (in a child when preload is off)

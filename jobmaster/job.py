@@ -1,0 +1,201 @@
+"""The job API: ``@jobmaster.job`` and what a decorated function can do.
+
+A decorated function stays callable as before (a plain call runs inline);
+``enqueue``, ``enqueue_in``, ``enqueue_at`` and ``options(...)`` push it to
+Redis through the default client (client.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from jobmaster import payload as wire
+from jobmaster import registry
+from jobmaster.backoff import DEFAULT_RETRY, Backoff
+from jobmaster.client import Client, default_client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class InlineMode:
+    """Set by ``jobmaster.testing.inline()``: enqueue runs the job at once, in process."""
+
+    depth = 0
+
+
+INLINE = InlineMode()
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How a job is enqueued and retried; validated when set."""
+
+    queue: str = "default"
+    retry: int | bool = DEFAULT_RETRY
+    backoff: Backoff | None = None
+    timeout: float | None = None
+    unique: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.queue, str) or not self.queue or "{" in self.queue:
+            raise ValueError(f"queue must be a non-empty name without braces, got {self.queue!r}")
+        if self.retry is True:
+            object.__setattr__(self, "retry", DEFAULT_RETRY)
+        elif self.retry is not False and (not isinstance(self.retry, int) or self.retry < 0):
+            raise ValueError(f"retry must be an integer >= 0 or False, got {self.retry!r}")
+        if self.backoff is not None and not callable(self.backoff):
+            if isinstance(self.backoff, bool) or not isinstance(self.backoff, int | float):
+                raise ValueError(f"backoff must be seconds or a callable, got {self.backoff!r}")
+            if self.backoff < 0:
+                raise ValueError(f"backoff must be >= 0 seconds, got {self.backoff!r}")
+        if self.timeout is not None and (
+            isinstance(self.timeout, bool)
+            or not isinstance(self.timeout, int | float)
+            or self.timeout <= 0
+        ):
+            raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
+
+    def payload_fields(self) -> dict[str, Any]:
+        """The options a worker must see, as wire fields (callables stay in the registry)."""
+        extra: dict[str, Any] = {}
+        if self.backoff is not None and not callable(self.backoff):
+            extra["backoff"] = self.backoff
+        if self.timeout is not None:
+            extra["timeout"] = self.timeout
+        return extra
+
+
+OPTION_NAMES = frozenset(f.name for f in fields(JobOptions))
+
+
+def unix_time(when: datetime.datetime | float | int) -> float:
+    """A datetime (naive means local time, as Python does) or unix time, as unix time."""
+    if isinstance(when, datetime.datetime):
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise TypeError(f"enqueue_at takes a datetime or unix time, got {when!r}")
+    return float(when)
+
+
+class BoundJob(Generic[P, R]):
+    """A job with a given set of options, ready to enqueue."""
+
+    def __init__(self, job: JobFunction[P, R], options: JobOptions) -> None:
+        self.job = job
+        self.job_options = options
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Push the job now; returns its jid."""
+        return self._push(None, args, kwargs)
+
+    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Push the job to run ``seconds`` from now; returns its jid."""
+        return self._push(time.time() + float(seconds), args, kwargs)
+
+    def enqueue_at(self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Push the job to run at ``when`` (a datetime or unix time); returns its jid."""
+        return self._push(unix_time(when), args, kwargs)
+
+    def _push(self, at: float | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        built = wire.build(
+            self.job.name,
+            args,
+            kwargs,
+            queue=self.job_options.queue,
+            retry=self.job_options.retry,
+            extra=self.job_options.payload_fields(),
+        )
+        if INLINE.depth > 0:
+            # Round-trip through JSON so the job sees what a worker would pass it.
+            decoded = json.loads(wire.encode(built))
+            self.job.func(*decoded["args"], **decoded["kwargs"])
+            return str(built["jid"])
+        client: Client = self.job.client or default_client()
+        client.push_payloads([built], at=at)
+        return str(built["jid"])
+
+
+class JobFunction(Generic[P, R]):
+    """A function registered as a job."""
+
+    def __init__(self, func: Callable[P, R], name: str, options: JobOptions) -> None:
+        self.func = func
+        self.name = name
+        self.job_options = options
+        self.client: Client | None = None  # None: the default client
+        functools.update_wrapper(self, func)
+        registry.register(self)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """A plain call runs the function inline, as if it were not a job."""
+        return self.func(*args, **kwargs)
+
+    def options(self, **overrides: Any) -> BoundJob[P, R]:
+        """The same job with other options for one enqueue: ``.options(queue="x").enqueue()``."""
+        unknown = set(overrides) - OPTION_NAMES
+        if unknown:
+            raise TypeError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))}")
+        return BoundJob(self, replace(self.job_options, **overrides))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Push the job now; returns its jid."""
+        return BoundJob(self, self.job_options).enqueue(*args, **kwargs)
+
+    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Push the job to run ``seconds`` from now; returns its jid."""
+        return BoundJob(self, self.job_options).enqueue_in(seconds, *args, **kwargs)
+
+    def enqueue_at(self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Push the job to run at ``when`` (a datetime or unix time); returns its jid."""
+        return BoundJob(self, self.job_options).enqueue_at(when, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name} queue={self.job_options.queue}>"
+
+
+@overload
+def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    retry: int | bool = DEFAULT_RETRY,
+    backoff: Backoff | None = None,
+    timeout: float | None = None,
+    unique: Any = None,
+) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    retry: int | bool = DEFAULT_RETRY,
+    backoff: Backoff | None = None,
+    timeout: float | None = None,
+    unique: Any = None,
+) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+    """Register a function as a job: ``@jobmaster.job`` or ``@jobmaster.job(queue=...)``.
+
+    Its name is ``module.qualname`` unless ``name`` is given; workers run only
+    registered names.
+    """
+    options = JobOptions(queue=queue, retry=retry, backoff=backoff, timeout=timeout, unique=unique)
+
+    def decorate(function: Callable[P, R]) -> JobFunction[P, R]:
+        job_name = name or f"{function.__module__}.{function.__qualname__}"
+        return JobFunction(function, job_name, options)
+
+    return decorate(func) if func is not None else decorate

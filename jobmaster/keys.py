@@ -1,0 +1,81 @@
+"""Every Redis key and channel name jobmaster uses, in one place.
+
+All keys share one prefix, ``<namespace>:{<namespace>}:``. The braces are a
+Redis Cluster hash tag: every key lands in the same slot, so each Lua script
+may touch any of them and stays cluster-safe. Changing a name here changes
+the wire contract with running workers and other-language producers: don't.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+
+class Keys:
+    """Names of the keys of one namespace."""
+
+    def __init__(self, namespace: str = "jobmaster") -> None:
+        self.namespace = namespace
+        self.prefix = f"{namespace}:{{{namespace}}}:"
+
+    # -- queues ---------------------------------------------------------
+    def queue(self, name: str) -> str:
+        """List of waiting payloads: producers LPUSH, workers take from the right."""
+        return f"{self.prefix}queue:{name}"
+
+    @property
+    def queues(self) -> str:
+        """Set of every queue name ever pushed to (for stats and the CLI)."""
+        return f"{self.prefix}queues"
+
+    @property
+    def paused(self) -> str:
+        """Set of paused queue names: fetch skips them."""
+        return f"{self.prefix}paused"
+
+    def wakeup_channel(self, queue: str) -> str:
+        """Pub/sub channel told "N jobs arrived" so idle workers fetch at once."""
+        return f"{self.prefix}wakeup:{queue}"
+
+    # -- in progress and processes --------------------------------------
+    def inprogress(self, identity: str) -> str:
+        """List of the payloads one worker process has fetched and not yet finished."""
+        return f"{self.prefix}inprogress:{identity}"
+
+    @property
+    def processes(self) -> str:
+        """Set of worker identities that may own an in-progress list."""
+        return f"{self.prefix}processes"
+
+    def heartbeat(self, identity: str) -> str:
+        """Hash of a live worker's info; it expires when the worker goes silent."""
+        return f"{self.prefix}heartbeat:{identity}"
+
+    def control(self, identity: str) -> str:
+        """List of remote commands (quiet, resume, stop) for one process."""
+        return f"{self.prefix}control:{identity}"
+
+    # -- sorted sets ----------------------------------------------------
+    @property
+    def scheduled(self) -> str:
+        """Sorted set of payloads to enqueue later, scored by due unix time."""
+        return f"{self.prefix}scheduled"
+
+    @property
+    def retry(self) -> str:
+        """Sorted set of failed payloads waiting out their backoff."""
+        return f"{self.prefix}retry"
+
+    @property
+    def dead(self) -> str:
+        """Sorted set of payloads that will not run again, scored by death time."""
+        return f"{self.prefix}dead"
+
+    # -- counters -------------------------------------------------------
+    def stat(self, name: str) -> str:
+        """Total counter, e.g. ``stat:processed``."""
+        return f"{self.prefix}stat:{name}"
+
+    def stat_day(self, name: str, day: datetime.date) -> str:
+        """Per-day counter (UTC day), e.g. ``stat:processed:2026-11-29``."""
+        return f"{self.prefix}stat:{name}:{day.isoformat()}"

@@ -1,0 +1,148 @@
+"""The wire format: one JSON object per job (documented in the README).
+
+Producers in any language can enqueue by writing this object; workers read
+it back without ever importing or calling anything it names (see
+registry.py). Fields we don't know are kept as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+JSON = Any  # a value that json.dumps accepts and round-trips
+
+REQUIRED_FIELDS: dict[str, type] = {"jid": str, "job": str, "args": list, "queue": str}
+
+
+class BadPayload(ValueError):
+    """A payload that cannot be run: not JSON, not an object, missing fields."""
+
+
+def new_jid() -> str:
+    """24 hex characters: 96 random bits, unique without coordination."""
+    return secrets.token_hex(12)
+
+
+def check_json(value: object, where: str) -> None:
+    """Raise TypeError naming ``where`` if ``value`` would not survive JSON.
+
+    Checked up front, with a path into the value, because a producer should
+    learn at ``enqueue`` time which argument is wrong, not from a dead job.
+    Dict keys must be strings: json.dumps would silently turn ``{1: x}`` into
+    ``{"1": x}`` and the job would get other arguments than it was given.
+    """
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{where} is {value!r}, which JSON cannot represent")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            check_json(item, f"{where}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where} has a non-string key {key!r}; JSON keys are strings")
+            check_json(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__name__}, which is not JSON-serialisable "
+        "(pass ids and plain values; jobmaster never pickles)"
+    )
+
+
+def check_arguments(job_name: str, args: Sequence[object], kwargs: Mapping[str, object]) -> None:
+    """Raise TypeError naming the job and the first bad argument."""
+    for index, arg in enumerate(args):
+        check_json(arg, f"{job_name}: argument {index}")
+    for key, arg in kwargs.items():
+        check_json(arg, f"{job_name}: keyword argument {key!r}")
+
+
+def build(
+    job_name: str,
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+    *,
+    queue: str,
+    retry: int | bool | None = None,
+    extra: Mapping[str, JSON] | None = None,
+) -> dict[str, JSON]:
+    """A new payload; ``enqueued_at`` is set when it is pushed."""
+    check_arguments(job_name, args, kwargs)
+    now = time.time()
+    payload: dict[str, JSON] = {
+        "jid": new_jid(),
+        "job": job_name,
+        "args": list(args),
+        "kwargs": dict(kwargs),
+        "queue": queue,
+        "created_at": now,
+    }
+    if retry is not None:
+        payload["retry"] = retry
+    if extra:
+        payload.update(extra)
+    return payload
+
+
+def encode(payload: Mapping[str, JSON]) -> bytes:
+    """Compact UTF-8 JSON; ``allow_nan=False`` keeps it readable by other languages."""
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+
+
+def decode(raw: bytes | str) -> dict[str, JSON]:
+    """Parse and check a payload read from Redis; raise BadPayload with the reason."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise BadPayload(f"payload is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise BadPayload(f"payload is a JSON {type(value).__name__}, not an object")
+    for field, kind in REQUIRED_FIELDS.items():
+        if field not in value:
+            raise BadPayload(f"payload has no {field!r} field")
+        if not isinstance(value[field], kind):
+            raise BadPayload(f"payload field {field!r} is not a {kind.__name__}")
+    kwargs = value.setdefault("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise BadPayload("payload field 'kwargs' is not an object")
+    return value
+
+
+def raw_text(raw: bytes) -> dict[str, str]:
+    """The raw bytes of a broken payload, kept readable inside a JSON wrapper."""
+    try:
+        return {"raw": raw.decode()}
+    except UnicodeDecodeError:
+        return {"raw": raw.decode(errors="backslashreplace"), "raw_hex": raw.hex()}
+
+
+def buried(raw: bytes, reason: str, queue: str | None) -> dict[str, JSON]:
+    """The dead-set entry for a payload that could not be run.
+
+    A payload that is a JSON object keeps all its fields; anything else is
+    wrapped, its raw text kept, so an operator can see exactly what arrived.
+    """
+    now = time.time()
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        value = None
+    if isinstance(value, dict):
+        entry: dict[str, JSON] = value
+        entry.setdefault("jid", new_jid())
+    else:
+        entry = {"jid": new_jid(), "job": None, "queue": queue, **raw_text(raw)}
+    entry["error_class"] = "BadPayload"
+    entry["error_message"] = reason
+    entry["dead_reason"] = reason
+    entry["died_at"] = now
+    return entry

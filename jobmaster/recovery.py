@@ -1,0 +1,149 @@
+"""Moving jobs out of an in-progress list whose owner is not running them.
+
+Used by a worker stopping (push back what is still running), by a worker's
+self-check (entries whose acknowledgement failed), by orphan recovery (a
+host whose heartbeat expired) and by the master (a child that died). Each
+entry moves with one TRANSFER script that only acts if the entry is still
+in the list, so two recoverers racing never push a job twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from jobmaster import payload as wire
+from jobmaster.connection import byte_list
+from jobmaster.deadset import DeadSetLimits
+from jobmaster.keys import Keys
+from jobmaster.scripts import Scripts
+
+log = logging.getLogger("jobmaster.recovery")
+
+# Decides, for a decoded payload, whether it goes back to a queue (return the
+# payload to push, possibly changed) or to the dead set (return a reason).
+Triage = Callable[[dict[str, Any]], "tuple[dict[str, Any], str | None]"]
+
+
+@dataclass
+class RecoveryReport:
+    requeued: list[str] = field(default_factory=list)  # jids
+    buried: list[str] = field(default_factory=list)  # jids
+
+    def __bool__(self) -> bool:
+        return bool(self.requeued or self.buried)
+
+
+class Recovery:
+    """Requeues (or buries) the entries of in-progress lists."""
+
+    def __init__(
+        self, client: redis.Redis, keys: Keys, scripts: Scripts, limits: DeadSetLimits
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.scripts = scripts
+        self.limits = limits
+
+    def requeue(
+        self,
+        list_key: str,
+        entries: Iterable[bytes],
+        *,
+        queues: dict[bytes, str] | None = None,
+        triage: Triage | None = None,
+    ) -> RecoveryReport:
+        """Put each entry back at the front of its queue (it was already waited for).
+
+        ``queues`` gives the queue an entry was fetched from, when known;
+        otherwise the payload's own ``queue`` field decides. An entry that is
+        not a valid payload is buried with its raw bytes.
+        """
+        report = RecoveryReport()
+        for raw in entries:
+            try:
+                payload = wire.decode(raw)
+            except wire.BadPayload as error:
+                self._bury(list_key, raw, wire.buried(raw, str(error), None), report)
+                continue
+            queue = (queues or {}).get(raw) or str(payload["queue"])
+            reason = None
+            if triage is not None:
+                payload, reason = triage(payload)
+            if reason is not None:
+                payload.update(dead_reason=reason, died_at=time.time())
+                self._bury(list_key, raw, payload, report)
+                continue
+            moved = self.scripts.transfer(
+                keys=[list_key, self.keys.queue(queue), self.keys.queues],
+                args=[
+                    "list",
+                    raw,
+                    wire.encode(payload),
+                    "front",
+                    0,
+                    queue,
+                    self.keys.wakeup_channel(queue),
+                    0,
+                    "-inf",
+                ],
+            )
+            if moved:
+                report.requeued.append(str(payload["jid"]))
+        return report
+
+    def _bury(
+        self, list_key: str, raw: bytes, entry: dict[str, Any], report: RecoveryReport
+    ) -> None:
+        now = time.time()
+        moved = self.scripts.transfer(
+            keys=[list_key, self.keys.dead, self.keys.queues],
+            args=[
+                "list",
+                raw,
+                wire.encode(entry),
+                "zset",
+                now,
+                "",
+                "",
+                self.limits.max_jobs,
+                self.limits.cutoff(now),
+            ],
+        )
+        if moved:
+            report.buried.append(str(entry.get("jid")))
+            log.error("buried jid=%s: %s", entry.get("jid"), entry.get("dead_reason"))
+
+    def requeue_all(self, identity: str, *, triage: Triage | None = None) -> RecoveryReport:
+        """Requeue everything in ``identity``'s in-progress list."""
+        key = self.keys.inprogress(identity)
+        return self.requeue(key, byte_list(self.redis.lrange(key, 0, -1)), triage=triage)
+
+    def forget(self, identity: str) -> None:
+        """Drop a finished process from the set of list owners, if its list is empty."""
+        if self.redis.llen(self.keys.inprogress(identity)) == 0:
+            self.redis.srem(self.keys.processes, identity)
+
+    def recover_orphans(self, own_identity: str) -> dict[str, RecoveryReport]:
+        """Requeue the lists of every process whose heartbeat has expired."""
+        reports: dict[str, RecoveryReport] = {}
+        for member in byte_list(self.redis.smembers(self.keys.processes)):
+            identity = member.decode()
+            if identity == own_identity or self.redis.exists(self.keys.heartbeat(identity)):
+                continue
+            report = self.requeue_all(identity)
+            self.forget(identity)
+            if report:
+                log.warning(
+                    "recovered jobs of %s, whose heartbeat expired: requeued %d, buried %d",
+                    identity,
+                    len(report.requeued),
+                    len(report.buried),
+                )
+            reports[identity] = report
+        return reports

@@ -1,0 +1,125 @@
+"""Every Lua script jobmaster runs, with its KEYS and ARGV, in one place.
+
+A multi-step change that must not be seen half done (a job in two places, or
+in none) is one script: Redis runs a script atomically. Every key a script
+touches is passed in KEYS and shares the namespace's hash tag (see keys.py),
+so the scripts are Redis Cluster safe.
+
+Scripts are registered with redis-py's ``Script``, which calls EVALSHA and
+reloads the script on NOSCRIPT (after a Redis restart or failover).
+"""
+
+from __future__ import annotations
+
+import redis
+
+# PUSH: enqueue payloads on one queue and wake idle workers of that queue.
+# KEYS[1] queue list, KEYS[2] set of queue names
+# ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3..] payloads
+# Returns the number of payloads pushed.
+PUSH = """
+local n = #ARGV - 2
+for i = 3, #ARGV, 500 do
+  redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PUBLISH', ARGV[2], n)
+return n
+"""
+
+# FETCH: reliable fetch. Moves the oldest payload of the first non-paused,
+# non-empty queue into this worker's in-progress list, in one step, so a job
+# is never only in the worker's memory.
+# KEYS[1] in-progress list, KEYS[2] paused set, KEYS[3..] queue lists
+# ARGV[1..] queue names, in the same order as KEYS[3..]
+# Returns {payload, queue name, jobs left in that queue} or nil.
+FETCH = """
+for i = 3, #KEYS do
+  local name = ARGV[i - 2]
+  if redis.call('SISMEMBER', KEYS[2], name) == 0 then
+    local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
+    if payload then
+      return {payload, name, redis.call('LLEN', KEYS[i])}
+    end
+  end
+end
+return nil
+"""
+
+# FINISH: record a job's outcome and acknowledge it, as one step, so the
+# job leaves the in-progress list only once its outcome is stored.
+# KEYS[1] in-progress list, KEYS[2] processed total, KEYS[3] processed today,
+# KEYS[4] failed total, KEYS[5] failed today, KEYS[6] target sorted set
+#   (retry or dead; any key when ARGV[4] is '')
+# ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed else 0,
+# ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
+# ARGV[5] payload to store in the target, ARGV[6] its score,
+# ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go)
+# Returns 1 if the payload was still in the in-progress list, else 0.
+FINISH = """
+local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
+redis.call('INCR', KEYS[2])
+redis.call('INCR', KEYS[3])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+if ARGV[2] == '1' then
+  redis.call('INCR', KEYS[4])
+  redis.call('INCR', KEYS[5])
+  redis.call('EXPIRE', KEYS[5], ARGV[3])
+end
+if ARGV[4] ~= '' then
+  redis.call('ZADD', KEYS[6], ARGV[6], ARGV[5])
+  if ARGV[4] == 'dead' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[8])
+    redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -tonumber(ARGV[7]) - 1)
+  end
+end
+return removed
+"""
+
+# TRANSFER: move one entry out of a list or sorted set into a queue (front or
+# back) or a sorted set, only if it is still in its source. "Only if still
+# there" is what lets two recoverers (or a recoverer and a late ack) race
+# without running a job twice or losing it.
+# KEYS[1] source, KEYS[2] target, KEYS[3] set of queue names
+# ARGV[1] source kind 'list' | 'zset', ARGV[2] entry as stored in the source,
+# ARGV[3] entry to store in the target, ARGV[4] target kind:
+#   'front' (next to be fetched) | 'back' (queue's end) | 'zset',
+# ARGV[5] score (zset target), ARGV[6] queue name (list target),
+# ARGV[7] wakeup channel ('' for none), ARGV[8] sorted set cap (0 = none),
+# ARGV[9] sorted set cutoff score (entries below it go; '-inf' for none)
+# Returns 1 if moved, 0 if the entry was no longer in the source.
+TRANSFER = """
+local removed
+if ARGV[1] == 'list' then
+  removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
+else
+  removed = redis.call('ZREM', KEYS[1], ARGV[2])
+end
+if removed == 0 then return 0 end
+if ARGV[4] == 'zset' then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[9])
+  if tonumber(ARGV[8]) > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[8]) - 1)
+  end
+else
+  if ARGV[4] == 'front' then
+    redis.call('RPUSH', KEYS[2], ARGV[3])
+  else
+    redis.call('LPUSH', KEYS[2], ARGV[3])
+  end
+  redis.call('SADD', KEYS[3], ARGV[6])
+  if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], 1) end
+end
+return 1
+"""
+
+
+class Scripts:
+    """The scripts registered on one Redis client."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.push = client.register_script(PUSH)
+        self.fetch = client.register_script(FETCH)
+        self.finish = client.register_script(FINISH)
+        self.transfer = client.register_script(TRANSFER)

@@ -1,0 +1,453 @@
+"""Every setting of jobmaster, in one table.
+
+The config file, the environment, the CLI flags and the README's reference
+table are all read from ``SETTINGS``, so a setting cannot exist in one place
+and be missing (or differently spelled, or differently defaulted) in another.
+
+Each setting's parser takes a raw value, which is already typed when it comes
+from TOML and is a string when it comes from the environment or the command
+line, and returns the normalised value or raises ``ValueError`` with a message
+that ends in what it got ("must be an integer >= 1, got 0"). The caller adds
+where the value came from (file and key, environment variable, option).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+Parser = Callable[[object], Any]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its name, default, documentation and how to read it."""
+
+    name: str
+    default: Any
+    help: str
+    parse: Parser
+    env: str | None = None
+    cli: tuple[str, ...] = ()
+    # Read after ``env`` when that is unset: REDIS_URL is what Heroku and most
+    # platforms set, but JOBMASTER_REDIS_URL must be able to override it.
+    env_fallbacks: tuple[str, ...] = ()
+    # A list setting: the CLI option is repeatable and an environment value is
+    # split on commas.
+    multiple: bool = False
+    # How the README shows the default when the value itself would mislead
+    # (``processes = None`` means "as many as there are usable CPUs").
+    default_doc: str | None = None
+
+    @property
+    def env_vars(self) -> tuple[str, ...]:
+        """The environment variables that set this, strongest first."""
+        return ((self.env,) if self.env else ()) + self.env_fallbacks
+
+    @property
+    def option(self) -> str | None:
+        """The long CLI flag (``--processes``), used to name it in errors."""
+        longs = [flag for flag in self.cli if flag.startswith("--")]
+        return longs[0] if longs else None
+
+
+def mask_url(url: str) -> str:
+    """Return ``url`` with its password replaced by ``***``.
+
+    Error messages and logs echo Redis URLs; a password pasted into a CI log
+    or a bug report is a leaked password.
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # an unparseable URL may still hold a secret: show none of it
+        return "<unparseable URL>"
+    if not password:
+        return url
+    userinfo, _, hostinfo = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+
+
+# --- parsers -----------------------------------------------------------------
+
+
+def _got(value: object) -> str:
+    return f"got {value!r}"
+
+
+def _integer(value: object, minimum: int) -> int:
+    """An int from TOML or a decimal string; TOML ``true`` is not an int."""
+    message = f"must be an integer >= {minimum}, {_got(value)}"
+    if isinstance(value, bool):
+        raise ValueError(message)
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(message) from None
+    if not isinstance(value, int) or value < minimum:
+        raise ValueError(message)
+    return value
+
+
+def integer(minimum: int) -> Parser:
+    return lambda value: _integer(value, minimum)
+
+
+def number(minimum: float, *, exclusive: bool = False) -> Parser:
+    """A float (ints accepted: ``timeout = 25`` is fine TOML) above a bound."""
+
+    def parse(value: object) -> float:
+        bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
+        message = f"must be a number {bound}, {_got(value)}"
+        if isinstance(value, bool):
+            raise ValueError(message)
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ValueError(message) from None
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(message)
+        if value < minimum or (exclusive and value == minimum):
+            raise ValueError(message)
+        return float(value)
+
+    return parse
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"must be true or false, {_got(value)}")
+
+
+def choice(*options: str) -> Parser:
+    """One of ``options``, case-insensitive, stored lower case."""
+
+    def parse(value: object) -> str:
+        if isinstance(value, str) and value.strip().lower() in options:
+            return value.strip().lower()
+        raise ValueError(f"must be one of {', '.join(options)}, {_got(value)}")
+
+    return parse
+
+
+def string(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, {_got(value)}")
+    return value
+
+
+def _items(value: object, what: str) -> list[str]:
+    """A list of strings, or a comma-separated string (env values).
+
+    Commas split list items too, so ``-q critical:3,default`` works like two
+    ``-q`` options; no module or queue name contains a comma.
+    """
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"must be a list of {what}, {_got(value)}")
+    return [part.strip() for item in value for part in item.split(",") if part.strip()]
+
+
+def modules(value: object) -> list[str]:
+    names = _items(value, "module names")
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"must be a list of module names, got {name!r}")
+    return names
+
+
+def queue_name(name: str) -> str:
+    """A queue name: ``:`` would read as a weight, ``,`` as a list, spaces are typos."""
+    if not name or any(char in ":," or char.isspace() for char in name):
+        raise ValueError(f"queue names must be non-empty without ':', ',' or spaces, got {name!r}")
+    return name
+
+
+def queues(value: object) -> list[str]:
+    """``["critical:3", "default"]``: names with optional weights >= 1."""
+    entries = _items(value, '"name" or "name:weight" strings')
+    if not entries:
+        raise ValueError("must list at least one queue")
+    seen: set[str] = set()
+    result = []
+    for raw in entries:
+        entry = raw
+        name, colon, weight = raw.partition(":")
+        queue_name(name)
+        if colon:
+            try:
+                number_ = _integer(weight, 1)
+            except ValueError:
+                raise ValueError(
+                    f"queue {name!r}: weight must be an integer >= 1, got {weight!r}"
+                ) from None
+            entry = f"{name}:{number_}"
+        if name in seen:
+            raise ValueError(f"queue {name!r} is listed twice")
+        seen.add(name)
+        result.append(entry)
+    return result
+
+
+def processes(value: object) -> int | None:
+    """An int >= 1; ``"auto"`` lets env/CLI restore the default over a file value."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return _integer(value, 1)
+
+
+def max_child_mb(value: object) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _integer(value, 0)
+    except ValueError:
+        raise ValueError(f'must be an integer >= 0 or "auto", {_got(value)}') from None
+
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def redis_url(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {type(value).__name__}")
+    if value.strip().lower() == "embedded":
+        return "embedded"
+    try:
+        scheme = urlsplit(value).scheme
+        urlsplit(value).port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        scheme = ""
+    if scheme not in _REDIS_SCHEMES:
+        schemes = ", ".join(f"{s}://" for s in _REDIS_SCHEMES)
+        raise ValueError(f'must be "embedded" or a {schemes} URL, got {mask_url(value)!r}')
+    return value
+
+
+def namespace(value: object) -> str:
+    # Braces would break the one-hash-slot {tag} that keeps Lua cluster-safe.
+    if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.:-]+", value):
+        return value
+    raise ValueError(f"must be letters, digits, '_', '.', ':' or '-' (no braces), {_got(value)}")
+
+
+def crash_queue(value: object) -> str:
+    text = string(value)
+    return queue_name(text) if text else ""
+
+
+# --- the table -----------------------------------------------------------------
+
+_ALL = [
+    Setting(
+        name="app",
+        default=[],
+        help="Modules to import (in the master, before forking) that define the jobs.",
+        parse=modules,
+        cli=("-a", "--app"),
+        multiple=True,
+    ),
+    Setting(
+        name="redis_url",
+        default="redis://127.0.0.1:6379/0",
+        help='Redis to use, or "embedded" to run a private redis-server in data_dir.',
+        parse=redis_url,
+        env="JOBMASTER_REDIS_URL",
+        env_fallbacks=("REDIS_URL",),
+        cli=("--redis-url",),
+    ),
+    Setting(
+        name="processes",
+        default=None,
+        help="Number of worker children the master forks.",
+        parse=processes,
+        env="JOBMASTER_PROCESSES",
+        cli=("-p", "--processes"),
+        default_doc="usable CPUs",
+    ),
+    Setting(
+        name="concurrency",
+        default=5,
+        help="Number of job threads in each child.",
+        parse=integer(1),
+        env="JOBMASTER_CONCURRENCY",
+        cli=("-t", "--concurrency"),
+    ),
+    Setting(
+        name="queues",
+        default=["default"],
+        help='Queues to fetch from, as "name" or "name:weight".',
+        parse=queues,
+        env="JOBMASTER_QUEUES",
+        cli=("-q", "--queue"),
+        multiple=True,
+    ),
+    Setting(
+        name="strict",
+        default=False,
+        help="Drain queues strictly in the listed order instead of by weight.",
+        parse=boolean,
+    ),
+    Setting(
+        name="shutdown_timeout",
+        default=25.0,
+        help="Seconds running jobs get to finish on stop before they are pushed back.",
+        parse=number(0),
+        env="JOBMASTER_SHUTDOWN_TIMEOUT",
+        cli=("--shutdown-timeout",),
+    ),
+    Setting(
+        name="preload",
+        default=True,
+        help="Import the app in the master so that children share its memory.",
+        parse=boolean,
+    ),
+    Setting(
+        name="max_child_mb",
+        default=0,
+        help='Memory limit per child in MB (0 = off, "auto" = from the container limit).',
+        parse=max_child_mb,
+        env="JOBMASTER_MAX_CHILD_MB",
+        cli=("--max-child-mb",),
+    ),
+    Setting(
+        name="max_jobs_per_child",
+        default=0,
+        help="Recycle a child after about this many jobs (0 = off, +-10 % jitter).",
+        parse=integer(0),
+    ),
+    Setting(
+        name="memory_metric",
+        default="uss",
+        help="How child memory is measured: uss, pss or rss.",
+        parse=choice("uss", "pss", "rss"),
+    ),
+    Setting(
+        name="memory_check_interval",
+        default=5.0,
+        help="Seconds between two measurements of the children's memory.",
+        parse=number(0, exclusive=True),
+    ),
+    Setting(
+        name="memory_grace",
+        default=30.0,
+        help="Seconds a child over the memory limit gets to finish its jobs.",
+        parse=number(0),
+    ),
+    Setting(
+        name="max_crashes",
+        default=3,
+        help="Child deaths a job may cause before it goes to the dead set.",
+        parse=integer(1),
+    ),
+    Setting(
+        name="crash_queue",
+        default="",
+        help="If set, jobs that crash children too often go to this queue, not the dead set.",
+        parse=crash_queue,
+    ),
+    Setting(
+        name="heartbeat_ttl",
+        default=60.0,
+        help="Seconds a silent host may last before another master recovers its jobs.",
+        parse=number(2),
+    ),
+    Setting(
+        name="namespace",
+        default="jobmaster",
+        help="Prefix of every Redis key, so that several apps can share one Redis.",
+        parse=namespace,
+    ),
+    Setting(
+        name="data_dir",
+        default=".jobmaster",
+        help="Folder of the embedded Redis's data and socket, relative to the config file.",
+        parse=string,
+    ),
+    Setting(
+        name="log_level",
+        default="info",
+        help="Log level: debug, info, warning, error or critical.",
+        parse=choice("debug", "info", "warning", "error", "critical"),
+        cli=("--log-level",),
+    ),
+    Setting(
+        name="log_format",
+        default="text",
+        help="Log format: text or json.",
+        parse=choice("text", "json"),
+        env="JOBMASTER_LOG_FORMAT",
+        cli=("--log-format",),
+    ),
+    Setting(
+        name="dead_max_jobs",
+        default=10000,
+        help="The dead set keeps at most this many jobs.",
+        parse=integer(1),
+    ),
+    Setting(
+        name="dead_max_days",
+        default=180.0,
+        help="Jobs older than this many days leave the dead set.",
+        parse=number(0, exclusive=True),
+    ),
+    Setting(
+        name="poll_interval",
+        default=1.0,
+        help="Seconds between polls of the scheduled and retry sets.",
+        parse=number(0, exclusive=True),
+    ),
+]
+
+SETTINGS: dict[str, Setting] = {setting.name: setting for setting in _ALL}
+
+
+# --- documentation ---------------------------------------------------------------
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return str(value)
+
+
+def _row(setting: Setting) -> str:
+    default = setting.default_doc or f"`{_toml(setting.default)}`"
+    env = ", ".join(f"`{name}`" for name in setting.env_vars)
+    cli = ", ".join(f"`{flag}`" for flag in setting.cli)
+    if cli and setting.multiple:
+        cli += " (repeatable)"
+    cells = [f"`{setting.name}`", default, env, cli, setting.help]
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def reference_markdown() -> str:
+    """The settings reference table the README embeds between its markers."""
+    lines = ["| key | default | env | CLI flag | meaning |", "| --- | --- | --- | --- | --- |"]
+    lines += [_row(setting) for setting in SETTINGS.values()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

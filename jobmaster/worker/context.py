@@ -1,0 +1,64 @@
+"""What every part of one worker process shares: Redis, keys, scripts, settings."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import redis
+
+from jobmaster.config import Config
+from jobmaster.connection import connect
+from jobmaster.deadset import DeadSetLimits
+from jobmaster.keys import Keys
+from jobmaster.recovery import Recovery
+from jobmaster.scripts import Scripts
+from jobmaster.worker.identity import Identity
+
+DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for graphs
+
+
+@dataclass
+class WorkerContext:
+    """Built once per process (after fork, in a child), handed to each component."""
+
+    config: Config
+    identity: Identity
+    redis: redis.Redis
+    keys: Keys
+    scripts: Scripts
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def create(cls, config: Config, identity: Identity | None = None) -> WorkerContext:
+        """Fresh connections sized for the processor threads plus the background loops."""
+        client = connect(
+            config.redis_url,
+            data_dir=config.data_dir,
+            max_connections=config.concurrency + 8,
+            retry_commands=False,
+        )
+        return cls(
+            config=config,
+            identity=identity or Identity(),
+            redis=client,
+            keys=Keys(config.namespace),
+            scripts=Scripts(client),
+        )
+
+    @property
+    def name(self) -> str:
+        """The identity as a string: names the in-progress list and heartbeat."""
+        return str(self.identity)
+
+    @property
+    def dead_limits(self) -> DeadSetLimits:
+        return DeadSetLimits(self.config.dead_max_jobs, self.config.dead_max_days)
+
+    @property
+    def recovery(self) -> Recovery:
+        return Recovery(self.redis, self.keys, self.scripts, self.dead_limits)
+
+    @property
+    def inprogress_key(self) -> str:
+        return self.keys.inprogress(self.name)

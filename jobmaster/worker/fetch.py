@@ -1,0 +1,82 @@
+"""Reliable fetch: taking a job from a queue without ever holding it only in memory.
+
+The move. One FETCH script (scripts.py) picks the first queue, in this
+fetch's order, that is not paused and not empty, and LMOVEs its oldest job
+into this process's in-progress list, atomically. From then on the job is in
+Redis under our identity until FINISH records its outcome; if the process
+dies, the master (or, for a lost host, any worker once our heartbeat
+expires) moves it back. That is the at-least-once guarantee.
+
+The order. With ``strict``, queues are tried as listed. Otherwise each fetch
+draws a weighted random order (``critical:3`` is first three times as often
+as a weight-1 queue), so no queue starves.
+
+Pickup without hot polling. A blocking pop cannot do this: BLMOVE watches one
+list, and we fetch from several queues with weights. Polling fast enough for
+millisecond latency would cost hundreds of commands a second per idle
+process. Instead:
+
+- A busy thread fetches again the moment it finishes a job: no waiting.
+- A thread that found nothing sleeps on an in-process ``WorkSignal``,
+  sending nothing to Redis.
+- Every push (PUSH, the pollers, requeues) publishes "N jobs arrived" on its
+  queue's wakeup channel in the same script. One listener thread per process
+  is subscribed and wakes up to N sleepers: pickup is a pub/sub hop away
+  (about a millisecond).
+- When a fetch leaves more jobs in the queue, it wakes one more sleeper, so a
+  burst fans out over the idle threads without a message per job.
+- Pub/sub is fire-and-forget (a message sent during a reconnect is lost, and
+  a producer may push without publishing), so the listener also wakes one
+  idle thread once a second: the worst case is a second, and an idle process
+  sends about one FETCH a second, plus its heartbeat and poller.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.wakeup import WorkSignal
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One fetched job: the payload exactly as stored (to acknowledge it) and its queue."""
+
+    raw: bytes
+    queue: str
+
+
+class Fetcher:
+    """Fetches for the processor threads of one process."""
+
+    def __init__(self, ctx: WorkerContext, signal: WorkSignal) -> None:
+        self.ctx = ctx
+        self.signal = signal
+        weights = ctx.config.queue_weights
+        self.strict = ctx.config.strict
+        self.names = [name for name, _ in weights]
+        # Each queue appears `weight` times: a shuffle then draws it first in
+        # proportion to its weight.
+        self.expanded = [name for name, weight in weights for _ in range(weight)]
+        self.queue_keys = {name: ctx.keys.queue(name) for name in self.names}
+
+    def queue_order(self) -> list[str]:
+        if self.strict or len(self.names) == 1:
+            return self.names
+        drawn = random.sample(self.expanded, len(self.expanded))
+        return list(dict.fromkeys(drawn))
+
+    def fetch(self) -> Unit | None:
+        """One round trip: a job moved into our in-progress list, or None."""
+        order = self.queue_order()
+        keys = [self.ctx.inprogress_key, self.ctx.keys.paused]
+        keys.extend(self.queue_keys[name] for name in order)
+        result = self.ctx.scripts.fetch(keys=keys, args=order)
+        if not result:
+            return None
+        raw, queue, left = result
+        if int(left) > 0:
+            self.signal.notify(1)
+        return Unit(raw=bytes(raw), queue=queue.decode())

@@ -1,0 +1,135 @@
+"""The processor threads of one process and their lifecycle.
+
+Duties: start ``concurrency`` processors and the wakeup listener; ``quiet``
+(stop fetching, let running jobs finish) and ``resume``; on stop, wait for
+running jobs until the deadline, then push back what is still in our
+in-progress list *before* the process exits: a job pushed back and run again
+is better than a job lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from jobmaster.connection import byte_list
+from jobmaster.recovery import RecoveryReport
+from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.fetch import Fetcher, Unit
+from jobmaster.worker.processor import Processor
+from jobmaster.worker.wakeup import WakeupListener, WorkSignal
+
+log = logging.getLogger("jobmaster.worker.manager")
+
+PUSH_BACK_ATTEMPTS_FOR = 10.0  # seconds spent retrying the push back while Redis is away
+
+
+class Manager:
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.signal = WorkSignal()
+        self.fetcher = Fetcher(ctx, self.signal)
+        self.fetching = threading.Event()
+        self.fetching.set()
+        self._running: dict[bytes, Unit] = {}
+        self._idle = threading.Condition()
+        self.processors = [Processor(i, self) for i in range(ctx.config.concurrency)]
+        self.listener = WakeupListener(ctx, self.signal, self.fetcher.names)
+
+    # -- bookkeeping, called by processors -------------------------------
+    def started(self, unit: Unit) -> None:
+        with self._idle:
+            self._running[unit.raw] = unit
+
+    def finished(self, unit: Unit) -> None:
+        with self._idle:
+            self._running.pop(unit.raw, None)
+            self._idle.notify_all()
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    def running(self) -> dict[bytes, Unit]:
+        """A snapshot of the jobs being run now, by their payload as stored."""
+        with self._idle:
+            return dict(self._running)
+
+    def give_back(self, unit: Unit) -> None:
+        """Return a job fetched after quiet/stop began to the front of its queue."""
+        self.ctx.recovery.requeue(
+            self.ctx.inprogress_key, [unit.raw], queues={unit.raw: unit.queue}
+        )
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        self.listener.start()
+        for processor in self.processors:
+            processor.start()
+
+    @property
+    def quiet_now(self) -> bool:
+        return not self.fetching.is_set()
+
+    def quiet(self) -> None:
+        if self.fetching.is_set():
+            log.info("quiet: no new jobs will be fetched; %d running", self.busy)
+        self.fetching.clear()
+        self.signal.notify_all()
+
+    def resume(self) -> None:
+        if not self.fetching.is_set() and not self.ctx.stopping.is_set():
+            log.info("resumed: fetching again")
+            self.fetching.set()
+            self.signal.notify_all()
+
+    def wait_idle(self, deadline: float, interrupted: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until no job runs, the monotonic ``deadline`` passes or ``interrupted()``."""
+        with self._idle:
+            while self._running and not interrupted():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._idle.wait(min(left, 0.1))
+            return not self._running
+
+    def halt(self) -> RecoveryReport:
+        """End the processors and push back everything left in our in-progress list."""
+        self.quiet()
+        running = self.running()
+        if running:
+            log.warning(
+                "stopping with %d job(s) still running: pushing them back: %s",
+                len(running),
+                ", ".join(sorted(self._jid(raw) for raw in running)),
+            )
+        self.ctx.stopping.set()
+        self.signal.notify_all()
+        queues = {raw: unit.queue for raw, unit in running.items()}
+        deadline = time.monotonic() + PUSH_BACK_ATTEMPTS_FOR
+        while True:
+            try:
+                entries = byte_list(self.ctx.redis.lrange(self.ctx.inprogress_key, 0, -1))
+                return self.ctx.recovery.requeue(self.ctx.inprogress_key, entries, queues=queues)
+            except redis.RedisError as error:
+                if time.monotonic() > deadline:
+                    log.error(
+                        "could not push back in-progress jobs (%s): they stay in %s and are "
+                        "recovered once this process's heartbeat expires",
+                        error,
+                        self.ctx.inprogress_key,
+                    )
+                    return RecoveryReport()
+                time.sleep(0.5)
+
+    @staticmethod
+    def _jid(raw: bytes) -> str:
+        try:
+            return str(json.loads(raw).get("jid"))
+        except (ValueError, AttributeError):
+            return "?"

@@ -1,0 +1,162 @@
+"""What happens to a job after it ran: decided here, recorded atomically.
+
+``decide_*`` are pure functions (unit-tested without Redis). ``record``
+stores the outcome and acknowledges the job in one FINISH script, retried
+for a while when Redis is away: until it succeeds the job stays in our
+in-progress list, so a failure here can cause a second run, never a loss.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+
+from jobmaster import payload as wire
+from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
+from jobmaster.errors import Permanent
+from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
+
+log = logging.getLogger("jobmaster.worker.outcome")
+
+Kind = Literal["done", "retry", "dead", "dropped"]
+MAX_BACKTRACE_LINES = 40
+RECORD_ATTEMPTS_FOR = 30.0  # seconds an outcome keeps being retried (a Redis restart)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: Kind
+    jid: str
+    job: str
+    failed: bool = False
+    stored: dict[str, Any] | None = None  # the payload for the retry or dead set
+    score: float = 0.0  # when it is due (retry) or died (dead)
+    reason: str = ""
+
+
+def succeeded(payload: dict[str, Any]) -> Outcome:
+    return Outcome("done", str(payload["jid"]), str(payload["job"]))
+
+
+def bad_payload(raw: bytes, reason: str, queue: str) -> Outcome:
+    entry = wire.buried(raw, reason, queue)
+    return Outcome(
+        "dead",
+        str(entry["jid"]),
+        str(entry.get("job")),
+        failed=True,
+        stored=entry,
+        score=float(entry["died_at"]),
+        reason=reason,
+    )
+
+
+def error_fields(error: BaseException) -> dict[str, Any]:
+    """Error class, message and a bounded backtrace, kept on the job for operators."""
+    lines = traceback.format_exception(type(error), error, error.__traceback__)
+    backtrace = "".join(lines).splitlines()[-MAX_BACKTRACE_LINES:]
+    return {
+        "error_class": type(error).__name__,
+        "error_message": str(error)[:2000],
+        "error_backtrace": backtrace,
+    }
+
+
+def decide_failure(
+    payload: dict[str, Any],
+    error: BaseException,
+    backoff: Backoff | None,
+    now: float,
+    default_retry: int | bool = DEFAULT_RETRY,
+) -> Outcome:
+    """Retry after a backoff, bury in the dead set, or drop, by the job's ``retry``.
+
+    ``retry_count`` counts failures so far; ``retry = N`` allows N retries
+    after the first failure, so ``retry = 0`` is dead at once. A payload
+    without ``retry`` (pushed by a producer that doesn't know the job) gets
+    the registered job's option, ``default_retry``.
+    """
+    jid, name = str(payload["jid"]), str(payload["job"])
+    retry = payload.get("retry", default_retry)
+    count = int(payload.get("retry_count", 0) or 0) + 1
+    stored = {**payload, **error_fields(error), "retry_count": count, "failed_at": now}
+    if retry is False:
+        return Outcome("dropped", jid, name, failed=True, reason="retry is off")
+    limit = DEFAULT_RETRY if retry is True or not isinstance(retry, int) else retry
+    if isinstance(error, Permanent):
+        reason = f"{type(error).__name__}: {error} (permanent, not retried)"
+    elif count > limit:
+        reason = f"retries exhausted ({limit}): {type(error).__name__}: {error}"
+    else:
+        # A per-enqueue ``options(backoff=N)`` travels in the payload and wins
+        # over the job's registered default.
+        if isinstance(payload.get("backoff"), int | float):
+            backoff = float(payload["backoff"])
+        due = now + retry_delay(count, backoff)
+        return Outcome(
+            "retry",
+            jid,
+            name,
+            failed=True,
+            stored=stored,
+            score=due,
+            reason=f"{type(error).__name__}: {error}",
+        )
+    stored.update(dead_reason=reason, died_at=now)
+    return Outcome("dead", jid, name, failed=True, stored=stored, score=now, reason=reason)
+
+
+def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
+    """Store the outcome and acknowledge the job; True once Redis has it.
+
+    The stored payload is encoded once, before the first attempt, so a retry
+    after a lost reply writes the same member and cannot duplicate it.
+    """
+    keys, now = ctx.keys, time.time()
+    day = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc).date()
+    target = {"retry": keys.retry, "dead": keys.dead}.get(outcome.kind, keys.dead)
+    limits = ctx.dead_limits
+    call_keys = [
+        ctx.inprogress_key,
+        keys.stat("processed"),
+        keys.stat_day("processed", day),
+        keys.stat("failed"),
+        keys.stat_day("failed", day),
+        target,
+    ]
+    call_args = [
+        raw,
+        "1" if outcome.failed else "0",
+        DAY_COUNTER_TTL,
+        outcome.kind if outcome.kind in ("retry", "dead") else "",
+        wire.encode(outcome.stored) if outcome.stored is not None else b"",
+        outcome.score,
+        limits.max_jobs,
+        limits.cutoff(now),
+    ]
+    deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
+    delay = 0.1
+    while True:
+        try:
+            ctx.scripts.finish(keys=call_keys, args=call_args)
+            return True
+        except redis.RedisError as error:
+            if time.monotonic() + delay > deadline:
+                log.error(
+                    "could not record outcome %s of jid=%s job=%s: %s; it stays in progress "
+                    "and will be requeued",
+                    outcome.kind,
+                    outcome.jid,
+                    outcome.job,
+                    error,
+                    extra={"jid": outcome.jid, "job": outcome.job},
+                )
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -1,0 +1,88 @@
+"""One worker process: the processors and the background duties around them.
+
+This is what each child of the master runs (and, before the supervisor,
+what ``jobmaster run`` runs in the foreground). Order matters: the first
+heartbeat is written before the first fetch, so this process's in-progress
+list always has a registered owner that orphan recovery can find.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from jobmaster.config import Config
+from jobmaster.connection import check_version
+from jobmaster.recovery import RecoveryReport
+from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.heartbeat import Heartbeat
+from jobmaster.worker.identity import Identity
+from jobmaster.worker.manager import Manager
+from jobmaster.worker.poller import ScheduledPoller
+from jobmaster.worker.selfcheck import SelfCheck
+
+log = logging.getLogger("jobmaster.worker.process")
+
+STARTUP_REDIS_WAIT = 30.0  # seconds to wait for Redis at start (it may boot with us)
+
+
+class WorkerProcess:
+    def __init__(self, config: Config, identity: Identity | None = None) -> None:
+        self.ctx = WorkerContext.create(config, identity)
+        self.manager = Manager(self.ctx)
+        self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.background_stop = threading.Event()
+        self.heartbeat = Heartbeat(self.ctx, self.info, self.commands.put, self.background_stop)
+        self.poller = ScheduledPoller(self.ctx, self.background_stop)
+        self.selfcheck = SelfCheck(self.ctx, self.manager, self.background_stop)
+
+    def info(self) -> dict[str, str | int | float]:
+        return {"busy": self.manager.busy, "quiet": int(self.manager.quiet_now)}
+
+    def wait_for_redis(self, timeout: float = STARTUP_REDIS_WAIT) -> None:
+        """Check the version, waiting a while for a Redis that is still booting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                check_version(self.ctx.redis)
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as error:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("waiting for Redis at %s: %s", self.ctx.config.redis_url_masked, error)
+                time.sleep(1.0)
+
+    def start(self) -> None:
+        self.wait_for_redis()
+        self.heartbeat.beat()
+        self.manager.start()
+        for thread in (self.heartbeat, self.poller, self.selfcheck):
+            thread.start()
+        config = self.ctx.config
+        log.info(
+            "worker %s started: queues %s, %d threads",
+            self.ctx.name,
+            ",".join(config.queues),
+            config.concurrency,
+        )
+
+    def stop(
+        self, timeout: float, interrupted: Callable[[], bool] = lambda: False
+    ) -> RecoveryReport:
+        """Graceful stop: quiet, let jobs run up to ``timeout``, push back the rest."""
+        self.manager.quiet()
+        log.info("stopping: waiting up to %.0fs for %d job(s)", timeout, self.manager.busy)
+        self.manager.wait_idle(time.monotonic() + timeout, interrupted)
+        report = self.manager.halt()
+        self.background_stop.set()
+        try:
+            self.heartbeat.clear()
+        except redis.RedisError as error:
+            log.warning("could not remove the heartbeat (%s); it expires by itself", error)
+        log.info("stopped: %d job(s) pushed back", len(report.requeued))
+        return report

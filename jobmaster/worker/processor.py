@@ -1,0 +1,60 @@
+"""One processor thread: fetch, run, record the outcome (which acknowledges).
+
+Duties: never die (Redis errors back off, job errors become outcomes); give
+back a job fetched after quiet or stop began instead of starting it; keep
+the manager's table of running jobs current (stop and the self-check read it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import redis
+
+from jobmaster.worker.executor import execute
+from jobmaster.worker.loop import OUTAGE_BACKOFF, OutageLog
+from jobmaster.worker.outcome import record
+
+if TYPE_CHECKING:
+    from jobmaster.worker.fetch import Unit
+    from jobmaster.worker.manager import Manager
+
+IDLE_WAIT = 60.0  # an idle thread wakes on a notification; this only bounds the wait
+
+
+class Processor(threading.Thread):
+    def __init__(self, index: int, manager: Manager) -> None:
+        super().__init__(name=f"jobmaster-processor-{index}", daemon=True)
+        self.manager = manager
+        self.ctx = manager.ctx
+
+    def run(self) -> None:
+        outage = OutageLog(self.name)
+        manager, stopping = self.manager, self.ctx.stopping
+        while not stopping.is_set():
+            if not manager.fetching.is_set():
+                manager.fetching.wait(0.5)
+                continue
+            seen = manager.signal.generation
+            try:
+                unit = manager.fetcher.fetch()
+                outage.succeeded(time.monotonic())
+            except redis.RedisError as error:
+                outage.failed(error, time.monotonic())
+                stopping.wait(OUTAGE_BACKOFF)
+                continue
+            if unit is None:
+                manager.signal.wait(seen, manager.fetching, IDLE_WAIT)
+            elif not manager.fetching.is_set() or stopping.is_set():
+                manager.give_back(unit)
+            else:
+                self.process(unit)
+
+    def process(self, unit: Unit) -> None:
+        self.manager.started(unit)
+        try:
+            record(self.ctx, unit.raw, execute(unit))
+        finally:
+            self.manager.finished(unit)

@@ -1,0 +1,56 @@
+"""Finding entries of our own in-progress list that no thread is running.
+
+That happens when a job's outcome could not be recorded (Redis away for
+longer than the outcome's retries): the job ran, but it is still listed.
+Waiting for a restart to requeue it could take days; this check requeues it
+within a minute. An entry must be unclaimed in two checks in a row, because
+a fetch that just returned may not have reached the running table yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from jobmaster.connection import byte_list
+from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.loop import run_periodically
+from jobmaster.worker.manager import Manager
+
+log = logging.getLogger("jobmaster.worker.selfcheck")
+
+CHECK_INTERVAL = 20.0  # seconds: two checks in a row stay under a minute
+
+
+class SelfCheck(threading.Thread):
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        manager: Manager,
+        stop: threading.Event,
+        interval: float = CHECK_INTERVAL,
+    ) -> None:
+        super().__init__(name="jobmaster-selfcheck", daemon=True)
+        self.ctx = ctx
+        self.manager = manager
+        self.stop_event = stop
+        self.interval = interval
+        self.suspects: set[bytes] = set()
+
+    def run(self) -> None:
+        run_periodically("self-check", self.step, self.interval, self.stop_event)
+
+    def step(self) -> float:
+        listed = byte_list(self.ctx.redis.lrange(self.ctx.inprogress_key, 0, -1))
+        running = self.manager.running()  # read after the list: see the module docstring
+        unclaimed = {raw for raw in listed if raw not in running}
+        confirmed = unclaimed & self.suspects
+        self.suspects = unclaimed - confirmed
+        if confirmed and not self.ctx.stopping.is_set():
+            report = self.ctx.recovery.requeue(self.ctx.inprogress_key, confirmed)
+            log.warning(
+                "requeued %d in-progress job(s) that no thread was running: %s",
+                len(report.requeued),
+                ", ".join(report.requeued),
+            )
+        return self.interval

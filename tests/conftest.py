@@ -1,0 +1,83 @@
+"""Fixtures for the whole suite: private redis-servers, ports, waiting.
+
+Every server here is our own child on a free port: the shared Redis on 6379
+must never be touched (a FLUSHALL there would wipe someone else's data).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from jobmaster.embedded import RedisServerProcess
+from tests import helpers
+
+
+def _assert_private(url: str) -> str:
+    parsed = urlparse(url)
+    assert parsed.port != helpers.FORBIDDEN_PORT, f"refusing to use the shared Redis: {url}"
+    return url
+
+
+@pytest.fixture
+def free_port() -> int:
+    return helpers.free_port()
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., None]:
+    return helpers.wait_until
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
+    """One server for the session: starting one per test would dominate the run time."""
+    server = RedisServerProcess(
+        tmp_path_factory.mktemp("redis-session"), port=helpers.free_port(), appendonly=True
+    )
+    _assert_private(server.url)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServerProcess) -> Iterator[str]:
+    """The session server, emptied: no test sees another test's keys."""
+    if not redis_server.is_running():  # a test killed it; later tests still need it
+        redis_server.start()
+    url = _assert_private(redis_server.url)
+    with redis_server.client() as conn:
+        conn.flushall()
+    yield url
+
+
+@pytest.fixture
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
+    """A fresh server this test may stop, start or kill (outage tests)."""
+    server = RedisServerProcess(
+        tmp_path_factory.mktemp("redis-private"), port=helpers.free_port(), appendonly=True
+    )
+    _assert_private(server.url)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def short_tmp_dir() -> Iterator[Path]:
+    """A short directory under /tmp: pytest's tmp paths can exceed the unix socket limit."""
+    path = Path(tempfile.mkdtemp(prefix="jm", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

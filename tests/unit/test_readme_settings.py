@@ -1,0 +1,27 @@
+"""The README's settings table is generated from SETTINGS and must not drift.
+
+Regenerate it with ``python -m jobmaster.settings`` and paste the output
+between the marker lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobmaster.settings import reference_markdown
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+START, END = "<!-- settings:start -->", "<!-- settings:end -->"
+
+
+@pytest.mark.skipif(not README.exists(), reason="README.md is not written yet")
+def test_readme_embeds_the_settings_reference() -> None:
+    lines = README.read_text().splitlines()
+    assert lines.count(START) == 1, f"README.md needs exactly one line {START}"
+    assert lines.count(END) == 1, f"README.md needs exactly one line {END}"
+    # Blank lines around the table are the README's own layout, not drift.
+    between = "\n".join(lines[lines.index(START) + 1 : lines.index(END)]).strip("\n")
+    expected = reference_markdown().strip("\n")
+    assert between == expected, "README.md is stale: run python -m jobmaster.settings"
