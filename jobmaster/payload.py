@@ -98,10 +98,31 @@ def encode(payload: Mapping[str, JSON]) -> bytes:
     return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _no_constants(name: str) -> JSON:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_loads(raw: bytes | str) -> JSON:
+    """``json.loads`` that refuses NaN, Infinity and overflowing numbers.
+
+    Python's defaults accept them, but ``encode`` (rightly) cannot write them
+    back, so a payload holding one could never be stored in the retry or
+    dead set: it is refused here, as not JSON, on the way in.
+    """
+    return json.loads(raw, parse_float=_finite, parse_constant=_no_constants)
+
+
 def decode(raw: bytes | str) -> dict[str, JSON]:
     """Parse and check a payload read from Redis; raise BadPayload with the reason."""
     try:
-        value = json.loads(raw)
+        value = strict_loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise BadPayload(f"payload is not JSON: {error}") from None
     if not isinstance(value, dict):
@@ -133,7 +154,7 @@ def buried(raw: bytes, reason: str, queue: str | None) -> dict[str, JSON]:
     """
     now = time.time()
     try:
-        value = json.loads(raw)
+        value = strict_loads(raw)
     except (ValueError, UnicodeDecodeError):
         value = None
     if isinstance(value, dict):

@@ -97,6 +97,12 @@ class Recovery:
                 report.requeued.append(str(payload["jid"]))
         return report
 
+    def bury(self, list_key: str, raw: bytes, reason: str, queue: str | None) -> RecoveryReport:
+        """Move one entry of ``list_key`` to the dead set, its raw bytes kept."""
+        report = RecoveryReport()
+        self._bury(list_key, raw, wire.buried(raw, reason, queue), report)
+        return report
+
     def _bury(
         self, list_key: str, raw: bytes, entry: dict[str, Any], report: RecoveryReport
     ) -> None:

@@ -7,6 +7,8 @@ the manager's table of running jobs current (stop and the self-check read it).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -20,6 +22,8 @@ from jobmaster.worker.outcome import record
 if TYPE_CHECKING:
     from jobmaster.worker.fetch import Unit
     from jobmaster.worker.manager import Manager
+
+log = logging.getLogger("jobmaster.worker.processor")
 
 IDLE_WAIT = 60.0  # an idle thread wakes on a notification; this only bounds the wait
 
@@ -56,5 +60,16 @@ class Processor(threading.Thread):
         self.manager.started(unit)
         try:
             record(self.ctx, unit.raw, execute(unit))
+        except Exception as error:
+            # A bug of ours must neither kill this thread nor leave the job to
+            # be requeued (and fail the same way) forever: bury it, keep going.
+            log.exception("internal error processing a job; burying it")
+            with contextlib.suppress(redis.RedisError):
+                self.ctx.recovery.bury(
+                    self.ctx.inprogress_key,
+                    unit.raw,
+                    f"internal error: {type(error).__name__}: {error}",
+                    unit.queue,
+                )
         finally:
             self.manager.finished(unit)
