@@ -43,8 +43,11 @@ def execute(unit: Unit) -> Outcome:
 
 def _buried(unit: Unit, reason: str) -> Outcome:
     outcome = bad_payload(unit.raw, reason, unit.queue)
-    log.error("dead on arrival: %s", reason,
-              extra={"jid": outcome.jid, "job": outcome.job, "queue": unit.queue})
+    log.error(
+        "dead on arrival: %s",
+        reason,
+        extra={"jid": outcome.jid, "job": outcome.job, "queue": unit.queue},
+    )
     return outcome
 
 

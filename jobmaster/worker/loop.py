@@ -45,6 +45,7 @@ def run_periodically(
     step: Callable[[], float | None],
     interval: float,
     stop: threading.Event,
+    first_wait: float = 0.0,
 ) -> None:
     """Call ``step`` every ``interval`` seconds (or what it returns) until ``stop`` is set.
 
@@ -53,6 +54,7 @@ def run_periodically(
     protects every other job.
     """
     outage = OutageLog(what)
+    stop.wait(first_wait)
     while not stop.is_set():
         try:
             next_wait = step()

@@ -63,6 +63,7 @@ class WorkerProcess:
         self.manager.start()
         for thread in (self.heartbeat, self.poller, self.selfcheck):
             thread.start()
+        self.manager.listener.subscribed.wait(timeout=5.0)
         config = self.ctx.config
         log.info(
             "worker %s started: queues %s, %d threads",

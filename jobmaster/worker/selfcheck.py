@@ -38,7 +38,10 @@ class SelfCheck(threading.Thread):
         self.suspects: set[bytes] = set()
 
     def run(self) -> None:
-        run_periodically("self-check", self.step, self.interval, self.stop_event)
+        # Nothing can be unclaimed at start: the first check is one interval in.
+        run_periodically(
+            "self-check", self.step, self.interval, self.stop_event, first_wait=self.interval
+        )
 
     def step(self) -> float:
         listed = byte_list(self.ctx.redis.lrange(self.ctx.inprogress_key, 0, -1))

@@ -92,6 +92,9 @@ class WakeupListener(threading.Thread):
         self.ctx = ctx
         self.signal = signal
         self.channels = [ctx.keys.wakeup_channel(queue) for queue in queues]
+        # Set once subscribed: a push before that would only be seen at the
+        # next safety tick, so the process reports "started" after it.
+        self.subscribed = threading.Event()
 
     def run(self) -> None:
         outage = OutageLog("wakeup listener")
@@ -99,6 +102,8 @@ class WakeupListener(threading.Thread):
             pubsub = self.ctx.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(*self.channels)
+                pubsub.get_message(timeout=1.0)  # the confirmation: we are listening now
+                self.subscribed.set()
                 outage.succeeded(time.monotonic())
                 # Messages sent while we were not subscribed are gone: look once now.
                 self.signal.notify_all()

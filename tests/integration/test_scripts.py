@@ -1,0 +1,145 @@
+"""Each Lua script against a real Redis: what moves, what stays, what is counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from jobmaster.keys import Keys
+from jobmaster.scripts import Scripts
+
+K = Keys()
+INPROG = K.inprogress("host:1:abc")
+
+
+@pytest.fixture
+def scripts(store: redis.Redis) -> Scripts:
+    return Scripts(store)
+
+
+def fetch(scripts: Scripts, queues: list[str]) -> list[object] | None:
+    keys = [INPROG, K.paused, *(K.queue(q) for q in queues)]
+    return scripts.fetch(keys=keys, args=queues)  # type: ignore[no-any-return]
+
+
+def test_fetch_moves_the_oldest_job_into_the_inprogress_list(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    store.lpush(K.queue("a"), b"first", b"second")
+    raw, queue, left = fetch(scripts, ["a"])  # type: ignore[misc]
+    assert (raw, queue, left) == (b"first", b"a", 1)
+    assert store.lrange(INPROG, 0, -1) == [b"first"]
+    assert store.lrange(K.queue("a"), 0, -1) == [b"second"]
+
+
+def test_fetch_takes_queues_in_the_given_order_and_skips_paused(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    store.lpush(K.queue("a"), b"from-a")
+    store.lpush(K.queue("b"), b"from-b")
+    assert fetch(scripts, ["b", "a"])[0] == b"from-b"  # type: ignore[index]
+    store.sadd(K.paused, "a")
+    assert fetch(scripts, ["a", "b"]) is None
+    store.srem(K.paused, "a")
+    assert fetch(scripts, ["a", "b"])[0] == b"from-a"  # type: ignore[index]
+
+
+def finish(
+    scripts: Scripts,
+    raw: bytes,
+    failed: bool,
+    target: str,
+    stored: bytes = b"",
+    score: float = 0,
+    cap: int = 10,
+    cutoff: float = 0,
+) -> int:
+    keys = [
+        INPROG,
+        K.stat("processed"),
+        K.stat("processed") + ":d",
+        K.stat("failed"),
+        K.stat("failed") + ":d",
+        K.retry if target == "retry" else K.dead,
+    ]
+    args = [raw, "1" if failed else "0", 100, target, stored, score, cap, cutoff]
+    return int(scripts.finish(keys=keys, args=args))
+
+
+def test_finish_acknowledges_and_counts(store: redis.Redis, scripts: Scripts) -> None:
+    store.lpush(INPROG, b"job")
+    assert finish(scripts, b"job", failed=False, target="") == 1
+    assert store.llen(INPROG) == 0
+    assert store.get(K.stat("processed")) == b"1" and store.get(K.stat("failed")) is None
+    assert 0 < store.ttl(K.stat("processed") + ":d") <= 100
+    assert finish(scripts, b"job", failed=False, target="") == 0  # already acknowledged
+
+
+def test_finish_retry_stores_the_new_payload_atomically(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    store.lpush(INPROG, b"job")
+    finish(scripts, b"job", failed=True, target="retry", stored=b"job+error", score=123)
+    assert store.llen(INPROG) == 0
+    assert store.zrange(K.retry, 0, -1, withscores=True) == [(b"job+error", 123.0)]
+    assert store.get(K.stat("failed")) == b"1"
+
+
+def test_finish_dead_trims_by_count_and_age(store: redis.Redis, scripts: Scripts) -> None:
+    for n in range(5):
+        store.zadd(K.dead, {f"old{n}": 10 + n})
+    store.lpush(INPROG, b"job")
+    finish(
+        scripts, b"job", failed=True, target="dead", stored=b"dead-job", score=100, cap=3, cutoff=12
+    )
+    # Entries older than the cutoff went, then the oldest beyond the cap.
+    assert store.zrange(K.dead, 0, -1) == [b"old3", b"old4", b"dead-job"]
+
+
+def transfer(
+    scripts: Scripts,
+    source: str,
+    kind: str,
+    raw: bytes,
+    target: str,
+    where: str,
+    new: bytes | None = None,
+) -> int:
+    return int(
+        scripts.transfer(
+            keys=[source, target, K.queues],
+            args=[kind, raw, new or raw, where, 5, "q", K.wakeup_channel("q"), 0, "-inf"],
+        )
+    )
+
+
+def test_transfer_moves_only_if_the_entry_is_still_there(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    store.lpush(INPROG, b"job")
+    store.rpush(K.queue("q"), b"waiting")
+    assert transfer(scripts, INPROG, "list", b"job", K.queue("q"), "front", b"job2") == 1
+    # Front of the queue is its right end: the requeued job is fetched next.
+    assert store.lrange(K.queue("q"), 0, -1) == [b"waiting", b"job2"]
+    assert transfer(scripts, INPROG, "list", b"job", K.queue("q"), "front") == 0
+    assert store.llen(K.queue("q")) == 2  # a second recoverer pushes nothing
+
+
+def test_transfer_from_a_sorted_set_to_the_back_of_a_queue(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    store.zadd(K.scheduled, {b"due": 1})
+    store.rpush(K.queue("q"), b"waiting")
+    assert transfer(scripts, K.scheduled, "zset", b"due", K.queue("q"), "back") == 1
+    assert store.lrange(K.queue("q"), 0, -1) == [b"due", b"waiting"]
+    assert store.zcard(K.scheduled) == 0
+
+
+def test_push_script_handles_more_payloads_than_unpack_allows(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    payloads = [json.dumps({"n": n}).encode() for n in range(1000)]
+    count = scripts.push(keys=[K.queue("q"), K.queues], args=["q", "chan", *payloads])
+    assert count == 1000 and store.llen(K.queue("q")) == 1000

@@ -1,0 +1,87 @@
+"""Jobs the tests run, including ones that misbehave on purpose.
+
+They record what happened in Redis under ``test:*`` keys (outside any
+jobmaster namespace), on the server named by JOBMASTER_REDIS_URL, so a test
+can see runs made in another process. ``COUNTS`` is for in-process runs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+
+import redis
+
+import jobmaster
+
+COUNTS: Counter[int] = Counter()
+_counts_lock = threading.Lock()
+_clients: dict[str, redis.Redis] = {}
+
+
+def store() -> redis.Redis:
+    url = os.environ["JOBMASTER_REDIS_URL"]
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(url)
+    return _clients[url]
+
+
+@jobmaster.job(name="tests.count")
+def count(number: int) -> None:
+    """Counted by the job itself, in process: exactly-once checks."""
+    with _counts_lock:
+        COUNTS[number] += 1
+
+
+@jobmaster.job(name="tests.record")
+def record(marker: str, seconds: float = 0.0) -> None:
+    """Marks start, sleeps, then marks done and counts its runs."""
+    client = store()
+    client.sadd("test:started", marker)
+    if seconds:
+        time.sleep(seconds)
+    client.hincrby("test:runs", marker, 1)
+    client.sadd("test:done", marker)
+
+
+@jobmaster.job(name="tests.fails", retry=2, backoff=0)
+def fails(marker: str) -> None:
+    store().hincrby("test:attempts", marker, 1)
+    raise ValueError(f"failing on purpose: {marker}")
+
+
+@jobmaster.job(name="tests.permanent")
+def permanent(marker: str) -> None:
+    store().hincrby("test:attempts", marker, 1)
+    raise jobmaster.Permanent("this input can never work")
+
+
+@jobmaster.job(name="tests.flaky", retry=5, backoff=0)
+def flaky(marker: str, failures: int) -> None:
+    """Fails ``failures`` times, then succeeds."""
+    client = store()
+    if client.hincrby("test:attempts", marker, 1) <= failures:
+        raise RuntimeError("not yet")
+    client.sadd("test:done", marker)
+
+
+@jobmaster.job(name="tests.dropped", retry=False)
+def dropped(marker: str) -> None:
+    store().hincrby("test:attempts", marker, 1)
+    raise ValueError("dropped on failure")
+
+
+@jobmaster.job(name="tests.kill_self")
+def kill_self(marker: str) -> None:
+    store().hincrby("test:attempts", marker, 1)
+    os.kill(os.getpid(), 9)
+
+
+@jobmaster.job(name="tests.slow_count")
+def slow_count(number: int, seconds: float) -> None:
+    """Counted in process, after a pause: spreads a batch over a Redis outage."""
+    time.sleep(seconds)
+    with _counts_lock:
+        COUNTS[number] += 1

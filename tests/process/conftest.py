@@ -1,0 +1,137 @@
+"""Running the real ``jobmaster`` command as a subprocess, in its own session.
+
+Each process gets its own process group so that a test can signal the whole
+group (as a terminal or Heroku would), and teardown kills the group: no
+worker outlives its test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from jobmaster.keys import Keys
+from tests.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+K = Keys()
+
+
+def jobmaster_command() -> str:
+    found = shutil.which("jobmaster", path=str(Path(sys.executable).parent))
+    assert found, "the jobmaster console script is not installed in this environment"
+    return found
+
+
+@dataclass
+class JobmasterProcess:
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def signal_group(self, signum: int) -> None:
+        os.killpg(self.popen.pid, signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout=timeout)
+
+
+@pytest.fixture
+def write_config(tmp_path: Path, redis_url: str) -> Callable[..., Path]:
+    """A TOML config on the test's Redis; keyword arguments add or replace keys."""
+
+    def write(**settings: object) -> Path:
+        values: dict[str, object] = {
+            "app": ["tests.jobs"],
+            "redis_url": redis_url,
+            "concurrency": 3,
+            "poll_interval": 0.2,
+            "shutdown_timeout": 5,
+            **settings,
+        }
+        lines = []
+        for key, value in values.items():
+            if isinstance(value, bool):
+                lines.append(f"{key} = {'true' if value else 'false'}")
+            elif isinstance(value, str):
+                lines.append(f'{key} = "{value}"')
+            elif isinstance(value, list):
+                lines.append(
+                    f"{key} = [{', '.join(repr(v).replace(chr(39), chr(34)) for v in value)}]"
+                )
+            else:
+                lines.append(f"{key} = {value}")
+        path = tmp_path / f"jobmaster-{len(list(tmp_path.glob('*.toml')))}.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., JobmasterProcess]]:
+    """Start ``jobmaster ARGS`` from the repo root (so ``tests.jobs`` imports)."""
+    started: list[JobmasterProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> JobmasterProcess:
+        log_path = tmp_path / f"jobmaster-{len(started)}.log"
+        environment = {**os.environ, "JOBMASTER_REDIS_URL": redis_url, **(env or {})}
+        with log_path.open("wb") as log_file:
+            popen = subprocess.Popen(
+                [jobmaster_command(), *args],
+                cwd=ROOT,
+                env=environment,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        process = JobmasterProcess(popen, log_path)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.popen.wait(timeout=10)
+
+
+@pytest.fixture
+def store(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+def wait_for_worker(store: redis.Redis, process: JobmasterProcess, timeout: float = 20) -> str:
+    """Wait until the process has a heartbeat; returns its identity."""
+    found: list[str] = []
+
+    def has_heartbeat() -> bool:
+        assert process.popen.poll() is None, f"jobmaster exited early:\n{process.log()}"
+        for key in store.scan_iter(match=K.heartbeat("*")):
+            if int(store.hget(key, "pid") or 0) == process.pid:
+                found.append(key.decode().rsplit("heartbeat:", 1)[1])
+                return True
+        return False
+
+    wait_until(has_heartbeat, timeout=timeout, message="worker heartbeat")
+    return found[0]
