@@ -306,3 +306,44 @@ def test_a_redis_outage_in_the_middle_of_2000_jobs_loses_nothing(
     assert all(thread.is_alive() for thread in threads), "a thread died of the outage"
     # Jobs finishing during the outage may run twice (at-least-once), never zero times.
     assert min(jobs.COUNTS.values()) >= 1
+
+
+def test_a_job_fetched_as_quiet_begins_is_given_back_not_started(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    client: Client,
+    store: redis.Redis,
+) -> None:
+    worker = running_worker(make_config(concurrency=1))
+    fetch = worker.manager.fetcher.fetch
+
+    def fetch_then_quiet() -> object:
+        unit = fetch()
+        if unit is not None:
+            worker.manager.quiet()  # quiet arrives while the fetch was in flight
+        return unit
+
+    worker.manager.fetcher.fetch = fetch_then_quiet  # type: ignore[method-assign]
+    jid = client.push({"job": "tests.record", "args": ["given-back"]})
+    wait_until(lambda: worker.manager.quiet_now, timeout=10, message="fetched, then quiet")
+    wait_until(lambda: store.llen(worker.ctx.inprogress_key) == 0, timeout=10)
+    assert json.loads(store.lindex(K.queue("default"), 0))["jid"] == jid
+    assert not started_marker(store, "given-back")
+    assert worker.manager.busy == 0
+
+
+def started_marker(store: redis.Redis, marker: str) -> bool:
+    return bool(store.sismember("test:started", marker))
+
+
+def test_drain_runs_queued_and_scheduled_jobs_in_process(
+    client: Client, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobmaster import testing
+
+    monkeypatch.setattr(jobs, "store", lambda: store)
+    client.push_bulk({"job": "tests.record", "args": [["d1"], ["d2"]]})
+    client.push({"job": "tests.record", "args": ["d3"], "at": time.time() + 3600})
+    assert testing.drain(client) == 3
+    assert store.smembers("test:done") == {b"d1", b"d2", b"d3"}
+    assert testing.drain(client) == 0
