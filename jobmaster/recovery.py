@@ -97,20 +97,28 @@ class Recovery:
                 report.requeued.append(str(payload["jid"]))
         return report
 
-    def bury(self, list_key: str, raw: bytes, reason: str, queue: str | None) -> RecoveryReport:
-        """Move one entry of ``list_key`` to the dead set, its raw bytes kept."""
+    def bury(
+        self, source: str, raw: bytes, reason: str, queue: str | None, *, kind: str = "list"
+    ) -> RecoveryReport:
+        """Move one entry of ``source`` (a list, or a sorted set with ``kind="zset"``)
+        to the dead set, its raw bytes kept with the reason."""
         report = RecoveryReport()
-        self._bury(list_key, raw, wire.buried(raw, reason, queue), report)
+        self._bury(source, raw, wire.buried(raw, reason, queue), report, kind)
         return report
 
     def _bury(
-        self, list_key: str, raw: bytes, entry: dict[str, Any], report: RecoveryReport
+        self,
+        source: str,
+        raw: bytes,
+        entry: dict[str, Any],
+        report: RecoveryReport,
+        kind: str = "list",
     ) -> None:
         now = time.time()
         moved = self.scripts.transfer(
-            keys=[list_key, self.keys.dead, self.keys.queues],
+            keys=[source, self.keys.dead, self.keys.queues],
             args=[
-                "list",
+                kind,
                 raw,
                 wire.encode(entry),
                 "zset",

@@ -6,6 +6,7 @@ must never be touched (a FLUSHALL there would wipe someone else's data).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -34,18 +35,23 @@ def wait_until() -> Callable[..., None]:
     return helpers.wait_until
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
-    """One server for the session: starting one per test would dominate the run time."""
-    server = RedisServerProcess(
-        tmp_path_factory.mktemp("redis-session"), port=helpers.free_port(), appendonly=True
-    )
+@contextlib.contextmanager
+def _server(directory: Path) -> Iterator[RedisServerProcess]:
+    """A private redis-server on a free port, with append-only persistence, stopped after."""
+    server = RedisServerProcess(directory, port=helpers.free_port(), appendonly=True)
     _assert_private(server.url)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
+    """One server for the session: starting one per test would dominate the run time."""
+    with _server(tmp_path_factory.mktemp("redis-session")) as server:
+        yield server
 
 
 @pytest.fixture
@@ -62,15 +68,8 @@ def redis_url(redis_server: RedisServerProcess) -> Iterator[str]:
 @pytest.fixture
 def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
     """A fresh server this test may stop, start or kill (outage tests)."""
-    server = RedisServerProcess(
-        tmp_path_factory.mktemp("redis-private"), port=helpers.free_port(), appendonly=True
-    )
-    _assert_private(server.url)
-    server.start()
-    try:
+    with _server(tmp_path_factory.mktemp("redis-private")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

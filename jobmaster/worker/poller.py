@@ -60,23 +60,7 @@ class ScheduledPoller(threading.Thread):
             payload = wire.decode(raw)
         except wire.BadPayload as error:
             reason = f"broken entry in {zset.rsplit(':', 1)[-1]} set: {error}"
-            entry = wire.buried(raw, reason, None)
-            limits = self.ctx.dead_limits
-            scripts.transfer(
-                keys=[zset, keys.dead, keys.queues],
-                args=[
-                    "zset",
-                    raw,
-                    wire.encode(entry),
-                    "zset",
-                    now,
-                    "",
-                    "",
-                    limits.max_jobs,
-                    limits.cutoff(now),
-                ],
-            )
-            log.error("buried jid=%s: %s", entry["jid"], reason)
+            self.ctx.recovery.bury(zset, raw, reason, None, kind="zset")  # logs it
             return 0
         queue = str(payload["queue"])
         payload["enqueued_at"] = now
