@@ -9,10 +9,11 @@ traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from jobmaster.app import AppImportError, import_app
 from jobmaster.client import Client
 from jobmaster.config import Config, load_config
 from jobmaster.connection import check_version, connect
+from jobmaster.embedded import EmbeddedRedis
 from jobmaster.errors import ConfigError, JobmasterError
 from jobmaster.settings import SETTINGS
 
@@ -107,23 +109,55 @@ def main() -> None:
 @setting_options
 @reports_errors
 def run(config_file: str | None, debug: bool, **overrides: Any) -> None:
-    """Start the workers (the default command). Flags override the file."""
-    from jobmaster.embedded import EmbeddedRedis
-    from jobmaster.log import setup_logging
-    from jobmaster.worker.foreground import run_foreground
+    """Start the master and its children (the default command). Flags override the file."""
+    from jobmaster.supervisor.master import Master
 
     config = load(config_file, overrides)
+    with prepared(config) as embedded:
+        code = Master(config, embedded).run()
+    sys.exit(code)
+
+
+@main.command()
+@config_options
+@setting_options
+@reports_errors
+def worker(config_file: str | None, debug: bool, **overrides: Any) -> None:
+    """Run ONE worker process in the foreground, without a master.
+
+    For debugging, or where something else supervises processes. Nothing
+    restarts it if it dies; its jobs are recovered once its heartbeat expires.
+    """
+    from jobmaster.signals import CHILD_SIGNALS, SignalQueue
+    from jobmaster.worker.child import serve
+
+    config = load(config_file, overrides)
+    with prepared(config) as embedded:
+        signals = SignalQueue(CHILD_SIGNALS)
+        signals.install()
+        try:
+            code = serve(config, signals, embedded=embedded)
+        finally:
+            signals.restore()
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
+    """Logging, then the embedded Redis (started first, stopped last), then the app."""
+    from jobmaster.log import setup_logging
+
     setup_logging(config.log_level, config.log_format)
-    import_app(config.app)
     embedded = EmbeddedRedis(Path(config.data_dir)) if config.redis_url == "embedded" else None
     if embedded is not None:
         embedded.start()
     try:
-        code = run_foreground(config, embedded)
+        if config.preload:
+            import_app(config.app)  # before forking: children share its memory
+        yield embedded
     finally:
         if embedded is not None:
-            embedded.stop()  # stopped last: every job was pushed back before this
-    sys.exit(code)
+            embedded.stop()  # every job was pushed back before this
 
 
 @main.command()

@@ -6,6 +6,8 @@ producers, workers and the CLI reach the same server the same way.
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,6 +17,8 @@ from redis.retry import Retry
 
 from jobmaster.embedded import embedded_url
 from jobmaster.errors import RedisVersionError
+
+log = logging.getLogger("jobmaster.connection")
 
 MIN_REDIS_VERSION = (6, 2)
 EMBEDDED = "embedded"
@@ -64,6 +68,20 @@ def server_version(client: redis.Redis) -> tuple[int, ...]:
     info = client.info("server")
     text = str(info.get("redis_version", "0"))
     return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def wait_for_redis(client: redis.Redis, shown_url: str, timeout: float = 30.0) -> tuple[int, ...]:
+    """Check the version, waiting up to ``timeout`` for a Redis that is still booting
+    (on a platform, the app and its Redis add-on often start together)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check_version(client)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("waiting for Redis at %s: %s", shown_url, error)
+            time.sleep(1.0)
 
 
 def check_version(client: redis.Redis) -> tuple[int, ...]:

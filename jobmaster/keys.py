@@ -47,6 +47,11 @@ class Keys:
         """Set of worker identities that may own an in-progress list."""
         return f"{self.prefix}processes"
 
+    @property
+    def masters(self) -> str:
+        """Set of master identities (their heartbeats say which are alive)."""
+        return f"{self.prefix}masters"
+
     def heartbeat(self, identity: str) -> str:
         """Hash of a live worker's info; it expires when the worker goes silent."""
         return f"{self.prefix}heartbeat:{identity}"

@@ -71,10 +71,11 @@ class Recovery:
             except wire.BadPayload as error:
                 self._bury(list_key, raw, wire.buried(raw, str(error), None), report)
                 continue
-            queue = (queues or {}).get(raw) or str(payload["queue"])
+            fetched_from = (queues or {}).get(raw)
             reason = None
             if triage is not None:
-                payload, reason = triage(payload)
+                payload, reason = triage(payload)  # may move it to another queue
+            queue = fetched_from if fetched_from and triage is None else str(payload["queue"])
             if reason is not None:
                 payload.update(dead_reason=reason, died_at=time.time())
                 self._bury(list_key, raw, payload, report)

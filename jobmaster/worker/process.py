@@ -17,7 +17,7 @@ from collections.abc import Callable
 import redis
 
 from jobmaster.config import Config
-from jobmaster.connection import check_version
+from jobmaster.connection import wait_for_redis
 from jobmaster.recovery import RecoveryReport
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
@@ -27,8 +27,6 @@ from jobmaster.worker.poller import ScheduledPoller
 from jobmaster.worker.selfcheck import SelfCheck
 
 log = logging.getLogger("jobmaster.worker.process")
-
-STARTUP_REDIS_WAIT = 30.0  # seconds to wait for Redis at start (it may boot with us)
 
 
 class WorkerProcess:
@@ -44,21 +42,8 @@ class WorkerProcess:
     def info(self) -> dict[str, str | int | float]:
         return {"busy": self.manager.busy, "quiet": int(self.manager.quiet_now)}
 
-    def wait_for_redis(self, timeout: float = STARTUP_REDIS_WAIT) -> None:
-        """Check the version, waiting a while for a Redis that is still booting."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                check_version(self.ctx.redis)
-                return
-            except (redis.ConnectionError, redis.TimeoutError) as error:
-                if time.monotonic() > deadline:
-                    raise
-                log.warning("waiting for Redis at %s: %s", self.ctx.config.redis_url_masked, error)
-                time.sleep(1.0)
-
     def start(self) -> None:
-        self.wait_for_redis()
+        wait_for_redis(self.ctx.redis, self.ctx.config.redis_url_masked)
         self.heartbeat.beat()
         self.manager.start()
         for thread in (self.heartbeat, self.poller, self.selfcheck):

@@ -1,8 +1,9 @@
 """Running the real ``jobmaster`` command as a subprocess, in its own session.
 
 Each process gets its own process group so that a test can signal the whole
-group (as a terminal or Heroku would), and teardown kills the group: no
-worker outlives its test.
+group (as a terminal would). The master puts each child in a group of its
+own, so teardown finds the whole tree by an environment tag that every
+descendant inherits, and kills it: no worker outlives its test.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import redis
 
@@ -25,6 +28,7 @@ from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 K = Keys()
+TAG = "JOBMASTER_TEST_TAG"
 
 
 def jobmaster_command() -> str:
@@ -92,9 +96,11 @@ def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Jobm
     """Start ``jobmaster ARGS`` from the repo root (so ``tests.jobs`` imports)."""
     started: list[JobmasterProcess] = []
 
+    tag = uuid.uuid4().hex
+
     def start(*args: str, env: dict[str, str] | None = None) -> JobmasterProcess:
         log_path = tmp_path / f"jobmaster-{len(started)}.log"
-        environment = {**os.environ, "JOBMASTER_REDIS_URL": redis_url, **(env or {})}
+        environment = {**os.environ, "JOBMASTER_REDIS_URL": redis_url, TAG: tag, **(env or {})}
         with log_path.open("wb") as log_file:
             popen = subprocess.Popen(
                 [jobmaster_command(), *args],
@@ -109,11 +115,23 @@ def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Jobm
         return process
 
     yield start
+    for process in tagged(tag):
+        with contextlib.suppress(psutil.Error):
+            process.kill()
     for process in started:
-        if process.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.popen.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.popen.wait(timeout=10)
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """Every live process started by one test (children of a dead master included)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(TAG) == tag and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+    return found
 
 
 @pytest.fixture

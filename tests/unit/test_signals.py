@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobmaster.signals import QUIET, RESUME, STOP, WORKER_SIGNALS, SignalQueue, name
+from jobmaster.signals import CHILD_SIGNALS, QUIET, RESUME, STOP, SignalQueue, name
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_restore_puts_previous_handlers_back() -> None:
 
 
 def test_default_signals_are_the_worker_table() -> None:
-    assert SignalQueue().signals == sorted(WORKER_SIGNALS)
+    assert SignalQueue().signals == sorted(CHILD_SIGNALS)
     assert signal.SIGTSTP in QUIET
     assert signal.SIGCONT in RESUME
     assert {signal.SIGTERM, signal.SIGINT} <= STOP

@@ -1,4 +1,5 @@
-"""``jobmaster run`` as a real process: signals, stop, recovery, errors."""
+"""``jobmaster worker`` (one worker process, no master) and the CLI's other commands,
+as real processes: signals, stop, recovery, errors."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def started(store: redis.Redis, marker: str) -> bool:
 def test_term_lets_a_short_job_finish_and_exits_0(
     run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
 ) -> None:
-    process = run_jobmaster("-c", str(write_config()))
+    process = run_jobmaster("worker", "-c", str(write_config()))
     wait_for_worker(store, process)
     Client(redis_url).push({"job": "tests.record", "args": ["short", 1.0]})
     wait_until(lambda: started(store, "short"), timeout=10)
@@ -47,7 +48,7 @@ def test_term_with_a_job_longer_than_the_timeout_pushes_it_back(
     run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
 ) -> None:
     config = write_config(shutdown_timeout=1)
-    process = run_jobmaster("-c", str(config))
+    process = run_jobmaster("worker", "-c", str(config))
     identity = wait_for_worker(store, process)
     jid = Client(redis_url).push({"job": "tests.record", "args": ["long", 60]})
     wait_until(lambda: started(store, "long"), timeout=10)
@@ -62,7 +63,7 @@ def test_term_with_a_job_longer_than_the_timeout_pushes_it_back(
     # The next worker runs it (shorter this time: same jid, args rewritten by us).
     store.delete(K.queue("default"))
     store.rpush(K.queue("default"), json.dumps({**payload, "args": ["long", 0]}))
-    second = run_jobmaster("-c", str(config))
+    second = run_jobmaster("worker", "-c", str(config))
     wait_until(lambda: done(store, "long"), timeout=20)
     second.signal(signal.SIGTERM)
     assert second.wait(timeout=10) == 0
@@ -71,7 +72,7 @@ def test_term_with_a_job_longer_than_the_timeout_pushes_it_back(
 def test_term_to_the_whole_group_and_repeated_terms_do_not_cut_a_job_short(
     run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
 ) -> None:
-    process = run_jobmaster("-c", str(write_config(shutdown_timeout=10)))
+    process = run_jobmaster("worker", "-c", str(write_config(shutdown_timeout=10)))
     wait_for_worker(store, process)
     Client(redis_url).push({"job": "tests.record", "args": ["steady", 1.5]})
     wait_until(lambda: started(store, "steady"), timeout=10)
@@ -85,7 +86,7 @@ def test_term_to_the_whole_group_and_repeated_terms_do_not_cut_a_job_short(
 def test_a_second_interrupt_stops_at_once_and_still_pushes_back(
     run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
 ) -> None:
-    process = run_jobmaster("-c", str(write_config(shutdown_timeout=30)))
+    process = run_jobmaster("worker", "-c", str(write_config(shutdown_timeout=30)))
     wait_for_worker(store, process)
     jid = Client(redis_url).push({"job": "tests.record", "args": ["ctrl-c", 60]})
     wait_until(lambda: started(store, "ctrl-c"), timeout=10)
@@ -101,7 +102,7 @@ def test_a_second_interrupt_stops_at_once_and_still_pushes_back(
 def test_tstp_quiets_and_cont_resumes(
     run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
 ) -> None:
-    process = run_jobmaster("-c", str(write_config(heartbeat_ttl=3)))
+    process = run_jobmaster("worker", "-c", str(write_config(heartbeat_ttl=3)))
     identity = wait_for_worker(store, process)
     process.signal(signal.SIGTSTP)
     wait_until(lambda: store.hget(K.heartbeat(identity), "quiet") == b"1", timeout=10)
@@ -122,7 +123,7 @@ def test_tstp_quiets_and_cont_resumes(
 def test_remote_stop_through_redis(
     run_jobmaster: Run, write_config: Write, store: redis.Redis
 ) -> None:
-    process = run_jobmaster("-c", str(write_config(heartbeat_ttl=3)))
+    process = run_jobmaster("worker", "-c", str(write_config(heartbeat_ttl=3)))
     identity = wait_for_worker(store, process)
     store.rpush(K.control(identity), "stop")
     assert process.wait(timeout=10) == 0
@@ -134,14 +135,14 @@ def test_a_sigkilled_worker_s_job_is_recovered_by_the_next_worker(
     run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
 ) -> None:
     config = write_config(heartbeat_ttl=2)
-    first = run_jobmaster("-c", str(config))
+    first = run_jobmaster("worker", "-c", str(config))
     identity = wait_for_worker(store, first)
     jid = Client(redis_url).push({"job": "tests.record", "args": ["survivor", 1]})
     wait_until(lambda: started(store, "survivor"), timeout=10)
     first.signal(signal.SIGKILL)
     first.wait(timeout=10)
     assert json.loads(store.lindex(K.inprogress(identity), 0))["jid"] == jid
-    second = run_jobmaster("-c", str(config))
+    second = run_jobmaster("worker", "-c", str(config))
     wait_until(lambda: done(store, "survivor"), timeout=20, message="job recovered and run")
     assert store.llen(K.inprogress(identity)) == 0
     assert "heartbeat expired" in second.log()

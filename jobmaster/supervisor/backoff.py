@@ -1,0 +1,31 @@
+"""Crash-loop protection: children that die right after start come back slower.
+
+Without it a child that cannot start (Redis refusing connections, a bad
+deploy) is forked hundreds of times a second, burning the CPU the rest of
+the pool needs and flooding the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FIRST_DELAY = 0.1
+MAX_DELAY = 30.0
+HEALTHY_AFTER = 10.0  # seconds alive after which a death is not "right after start"
+
+
+@dataclass
+class CrashBackoff:
+    """Per child slot: how long to wait before the next fork."""
+
+    failures: int = 0
+
+    def delay_after_death(self, lived: float) -> float:
+        """Seconds to wait before replacing a child that lived ``lived`` seconds."""
+        if lived >= HEALTHY_AFTER:
+            self.failures = 0
+            return 0.0
+        # Capped count: a deploy that cannot start crash-loops all night, and
+        # 2.0 ** 1024 would overflow and take the master down with it.
+        self.failures = min(self.failures + 1, 32)
+        return float(min(FIRST_DELAY * 2.0 ** (self.failures - 1), MAX_DELAY))

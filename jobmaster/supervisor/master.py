@@ -1,0 +1,452 @@
+"""The master: forks the children, then only supervises. It runs no job code.
+
+Its loop is short: wait (select on the signal wakeup pipe and the children's
+ready pipes, at most a second) -> handle each signal -> reap -> requeue what
+dead children held -> remote commands and heartbeat -> stop overdue children
+-> restore the child count. Everything that talks to Redis happens in this
+one thread, so nothing holds a lock across ``fork``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import time
+
+import redis
+
+from jobmaster import exitcodes
+from jobmaster.config import Config
+from jobmaster.connection import byte_list, connect, wait_for_redis
+from jobmaster.deadset import DeadSetLimits
+from jobmaster.embedded import EmbeddedRedis
+from jobmaster.keys import Keys
+from jobmaster.proctitle import master_title, set_title
+from jobmaster.recovery import Recovery
+from jobmaster.scripts import Scripts
+from jobmaster.signals import MASTER_SIGNALS, SignalQueue
+from jobmaster.signals import name as signal_name
+from jobmaster.supervisor import exits
+from jobmaster.supervisor.backoff import CrashBackoff
+from jobmaster.supervisor.children import (
+    QUIET,
+    RETIRING,
+    RUNNING,
+    STARTING,
+    STOPPING,
+    Child,
+    ChildTable,
+)
+from jobmaster.supervisor.poison import crash_triage
+from jobmaster.supervisor.sdnotify import Notifier
+from jobmaster.supervisor.spawn import fork_child
+from jobmaster.worker.identity import Identity
+from jobmaster.worker.loop import OutageLog
+
+log = logging.getLogger("jobmaster.supervisor.master")
+
+STOP_MARGIN = 5.0  # seconds a stopping child gets beyond shutdown_timeout to push back
+CONTROL_INTERVAL = 0.5  # seconds between reads of the master's remote control list
+HEARTBEAT_INTERVAL = 5.0
+
+
+class Master:
+    def __init__(self, config: Config, embedded: EmbeddedRedis | None = None) -> None:
+        self.config = config
+        self.embedded = embedded
+        self.redis = connect(config.redis_url, data_dir=config.data_dir, retry_commands=False)
+        self.keys = Keys(config.namespace)
+        limits = DeadSetLimits(config.dead_max_jobs, config.dead_max_days)
+        self.recovery = Recovery(self.redis, self.keys, Scripts(self.redis), limits)
+        self.identity = str(Identity())
+        self.children = ChildTable()
+        self.wanted = config.processes
+        self.backoff: dict[int, CrashBackoff] = {}
+        self.respawn_at: dict[int, float] = {}
+        self.pending: list[tuple[str, str | None]] = []  # (identity, crash cause or None)
+        self.signals = SignalQueue(MASTER_SIGNALS, wakeup=True)
+        self.notifier = Notifier()
+        self.quiet = False
+        self.stopping = False
+        self.interrupts = 0
+        self.exit_code = exitcodes.OK
+        self.announced_ready = False
+        self.outage = OutageLog("master")
+        self._next_control = 0.0
+        self._next_heartbeat = 0.0
+        self.started_at = time.time()
+
+    # -- the loop ----------------------------------------------------------
+    def run(self) -> int:
+        wait_for_redis(self.redis, self.config.redis_url_masked)  # before any fork
+        self.signals.install()
+        log.info(
+            "master %s starting %d children x %d threads on %s",
+            self.identity,
+            self.wanted,
+            self.config.concurrency,
+            ",".join(self.config.queues),
+        )
+        try:
+            self.spawn_missing()
+            while not (self.stopping and not self.children):
+                self.wait()
+                self.handle_signals()
+                self.reap()
+                self.requeue_pending()
+                if self.embedded is not None:
+                    self.embedded.ensure_running()
+                self.talk_to_redis()
+                self.stop_overdue()
+                if not self.stopping:
+                    self.spawn_missing()
+                self.update_title()
+                self.notifier.watchdog()
+            self.requeue_pending()
+            self.clear_heartbeat()
+            log.info("master stopped")
+            return self.exit_code
+        finally:
+            self.signals.restore()
+
+    def wait(self) -> None:
+        timeout = 1.0
+        self.prune_respawns()
+        if self.respawn_at and not self.stopping:
+            timeout = max(0.0, min(timeout, min(self.respawn_at.values()) - time.monotonic()))
+        fds = [fd for fd in (self.signals.wakeup_fd,) if fd is not None]
+        fds += [c.ready_fd for c in self.children if c.ready_fd is not None]
+        try:
+            readable, _, _ = select.select(fds, [], [], timeout)
+        except InterruptedError:
+            readable = []
+        self.signals.drain_wakeup()
+        for fd in readable:
+            child = self.children.by_ready_fd(fd)
+            if child is not None:
+                self.read_ready(child)
+
+    # -- signals -------------------------------------------------------------
+    def handle_signals(self) -> None:
+        while (signum := self.signals.get(timeout=0)) is not None:
+            if signum == signal.SIGCHLD:
+                continue  # the reap that follows every wait handles it
+            log.info("received %s", signal_name(signum))
+            handler = getattr(self, f"handle_{signal_name(signum).lower()}", None)
+            if handler is not None:
+                handler()
+
+    def handle_sigterm(self) -> None:
+        self.begin_stop("SIGTERM")  # more TERMs never shorten it
+
+    def handle_sigint(self) -> None:
+        self.interrupts += 1
+        if self.interrupts >= 2 and self.stopping:
+            self.stop_now("second SIGINT")
+        else:
+            self.begin_stop("SIGINT")
+
+    def handle_sigquit(self) -> None:
+        self.begin_stop("SIGQUIT")
+        self.stop_now("SIGQUIT")
+
+    def handle_sigtstp(self) -> None:
+        self.set_quiet(True)
+
+    def handle_sigcont(self) -> None:
+        self.set_quiet(False)
+
+    def handle_sighup(self) -> None:
+        """Rolling restart: new children first; each old one stops once one is ready.
+
+        Children still starting (from an earlier HUP) are already new: only
+        ready ones retire, so a second HUP never strands a generation.
+        """
+        if self.stopping:
+            return
+        for child in self.children.in_state(RUNNING, QUIET):
+            child.state = RETIRING
+        log.info("rolling restart: replacing %d children", len(self.children.in_state(RETIRING)))
+
+    def handle_sigttin(self) -> None:
+        self.wanted += 1
+        log.info("one child more: %d wanted", self.wanted)
+
+    def handle_sigttou(self) -> None:
+        if self.wanted <= 1:
+            log.info("already down to one child")
+            return
+        self.wanted -= 1
+        serving = sorted(self.children.serving(), key=lambda c: c.index)
+        if len(serving) > self.wanted:
+            self.stop_child(serving[-1], "pool shrunk (TTOU)")
+        self.retire_excess()
+        log.info("one child fewer: %d wanted", self.wanted)
+
+    def retire_excess(self) -> None:
+        """Stop retiring children while ready ones plus retiring ones exceed ``wanted``.
+
+        One rule for HUP, repeated HUPs and TTOU during a rolling restart:
+        capacity never drops below ``wanted`` and no old child is left behind.
+        """
+        retiring = sorted(self.children.in_state(RETIRING), key=lambda c: c.index)
+        ready = len(self.children.in_state(RUNNING, QUIET))
+        excess = ready + len(retiring) - self.wanted
+        for child in retiring[: max(0, excess)]:
+            self.stop_child(child, "replaced (HUP)")
+
+    def handle_sigusr1(self) -> None:
+        self.forward(signal.SIGUSR1)
+
+    # -- lifecycle -----------------------------------------------------------
+    def begin_stop(self, reason: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        self.notifier.send("STOPPING=1")
+        log.info("%s: graceful stop (shutdown_timeout %.0fs)", reason, self.config.shutdown_timeout)
+        for child in self.children:
+            self.stop_child(child, reason)
+
+    def stop_now(self, reason: str) -> None:
+        log.warning("%s: stopping children at once (running jobs are pushed back)", reason)
+        deadline = time.monotonic() + STOP_MARGIN
+        for child in self.children:
+            child.stop_deadline = min(child.stop_deadline or deadline, deadline)
+            self.kill(child, signal.SIGQUIT)
+
+    def stop_child(self, child: Child, reason: str) -> None:
+        if child.state == STOPPING:
+            return
+        child.state = STOPPING
+        child.stop_reason = reason
+        child.stop_deadline = time.monotonic() + self.config.shutdown_timeout + STOP_MARGIN
+        self.kill(child, signal.SIGTERM)
+
+    def stop_overdue(self) -> None:
+        now = time.monotonic()
+        for child in self.children.in_state(STOPPING):
+            if child.stop_deadline is not None and now > child.stop_deadline:
+                log.warning(
+                    "child %d (pid %d) did not stop in time: SIGKILL", child.index, child.pid
+                )
+                child.stop_deadline = None
+                self.kill(child, signal.SIGKILL)
+
+    def set_quiet(self, quiet: bool) -> None:
+        if self.stopping or quiet == self.quiet:
+            return
+        self.quiet = quiet
+        log.info("%s children", "quieting" if quiet else "resuming")
+        self.forward(signal.SIGTSTP if quiet else signal.SIGCONT)
+        for child in self.children.in_state(RUNNING, QUIET):
+            child.state = QUIET if quiet else RUNNING
+
+    def forward(self, signum: int) -> None:
+        for child in self.children:
+            self.kill(child, signum)
+
+    def kill(self, child: Child, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # already dead: the reaper sees it
+            os.kill(child.pid, signum)
+
+    # -- children ------------------------------------------------------------
+    def prune_respawns(self) -> None:
+        """Forget backoff slots no longer wanted (TTOU) or already filled: they
+        would never be spawned, and their past time would make ``wait`` spin."""
+        used = self.children.indexes()
+        for index in list(self.respawn_at):
+            if index > self.wanted or index in used:
+                del self.respawn_at[index]
+
+    def spawn_missing(self) -> None:
+        now = time.monotonic()
+        self.prune_respawns()
+        used = self.children.indexes()
+        free = [i for i in range(1, self.wanted + 1) if i not in used]
+        missing = self.wanted - len(self.children.serving())
+        for index in free[: max(0, missing)]:
+            if self.respawn_at.get(index, 0.0) > now:
+                continue
+            self.respawn_at.pop(index, None)
+            self.spawn(index)
+
+    def spawn(self, index: int) -> None:
+        others = [c.ready_fd for c in self.children if c.ready_fd is not None]
+        wakeup = self.signals.wakeup_fd
+        forked = fork_child(self.config, index, [*others, *([wakeup] if wakeup else [])])
+        child = Child(index, forked.pid, forked.identity, time.monotonic(), forked.ready_fd)
+        self.children.add(child)
+        log.info("child %d started (pid %d)", index, forked.pid)
+
+    def read_ready(self, child: Child) -> None:
+        try:
+            data = os.read(child.ready_fd, 16) if child.ready_fd is not None else b""
+        except BlockingIOError:
+            return
+        if child.ready_fd is not None:
+            os.close(child.ready_fd)
+            child.ready_fd = None
+        if not data or child.state != STARTING:
+            return
+        child.state = QUIET if self.quiet else RUNNING
+        if self.quiet:
+            self.kill(child, signal.SIGTSTP)
+        self.retire_excess()
+        if not self.announced_ready and len(self.children.in_state(RUNNING, QUIET)) >= self.wanted:
+            self.announced_ready = True
+            self.notifier.send(f"READY=1\nSTATUS={self.status()}")
+            log.info("all %d children up", self.wanted)
+
+    def reap(self) -> None:
+        """Collect every exited child, ours or not (the master may be PID 1)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid)
+            if child is not None:
+                self.child_exited(child, status)
+            elif self.embedded is not None and pid == self.embedded.pid:
+                log.error("embedded redis-server (pid %d) died: %s", pid, exits.describe(status))
+            else:
+                log.debug("reaped process %d: %s", pid, exits.describe(status))
+
+    def child_exited(self, child: Child, status: int) -> None:
+        if child.ready_fd is not None:
+            os.close(child.ready_fd)
+            child.ready_fd = None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)  # subprocesses its jobs left behind
+        lived = time.monotonic() - child.started_at
+        unexpected = not child.expected_exit
+        # A child that left on its own with exit 0 (a remote stop of that one
+        # child) pushed its jobs back itself: replaced, but not a crash.
+        crashed = unexpected and exits.exit_code(status) != exitcodes.OK
+        cause = exits.cause(status)
+        self.pending.append((child.identity, cause if crashed else None))
+        requeued = self.requeue_pending()
+        if crashed:
+            log.error(
+                "child %d (pid %d) died: %s; requeued %s",
+                child.index,
+                child.pid,
+                exits.describe(status),
+                requeued,
+            )
+            if exits.exit_code(status) == exitcodes.APP_LOAD_FAILED:
+                log.error("the app failed to import in a child: halting instead of fork-looping")
+                self.exit_code = exitcodes.APP_LOAD_FAILED
+                self.begin_stop("app import failure")
+                return
+        if unexpected:
+            delay = self.backoff.setdefault(child.index, CrashBackoff()).delay_after_death(lived)
+            if delay:
+                self.respawn_at[child.index] = time.monotonic() + delay
+                log.warning(
+                    "child %d died %.1fs after start: restarting in %.1fs",
+                    child.index,
+                    lived,
+                    delay,
+                )
+        if not crashed:
+            log.info(
+                "child %d (pid %d) stopped (%s): %s",
+                child.index,
+                child.pid,
+                child.stop_reason,
+                exits.describe(status),
+            )
+
+    def requeue_pending(self) -> str:
+        """Requeue the in-progress lists of dead children; returns a summary."""
+        summary: list[str] = []
+        while self.pending:
+            identity, cause = self.pending[0]
+            triage = None
+            if cause is not None:
+                triage = crash_triage(self.config.max_crashes, self.config.crash_queue, cause)
+            try:
+                report = self.recovery.requeue_all(identity, triage=triage)
+                self.redis.delete(self.keys.heartbeat(identity))
+                self.recovery.forget(identity)
+            except redis.RedisError as error:
+                self.outage.failed(error, time.monotonic())
+                return "nothing yet (Redis unavailable; retrying)"
+            self.pending.pop(0)
+            summary.append(f"{len(report.requeued)} job(s)")
+            if report.buried:
+                summary.append(f"{len(report.buried)} poison pill(s) to the dead set")
+        return ", ".join(summary) or "nothing"
+
+    # -- Redis: remote control and our heartbeat -------------------------------
+    def talk_to_redis(self) -> None:
+        now = time.monotonic()
+        if now < self._next_control:
+            return
+        self._next_control = now + CONTROL_INTERVAL
+        try:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.lrange(self.keys.control(self.identity), 0, -1)
+            pipe.delete(self.keys.control(self.identity))
+            if now >= self._next_heartbeat:
+                self._next_heartbeat = now + HEARTBEAT_INTERVAL
+                self.queue_heartbeat(pipe)
+            commands = byte_list(pipe.execute()[0])
+            self.outage.succeeded(now)
+        except redis.RedisError as error:
+            self.outage.failed(error, now)
+            return
+        for raw in commands:
+            command = raw.decode(errors="replace")
+            log.info("remote command: %s", command)
+            if command == "quiet":
+                self.set_quiet(True)
+            elif command == "resume":
+                self.set_quiet(False)
+            elif command == "stop":
+                self.begin_stop("remote stop")
+            else:
+                log.warning("ignored unknown remote command %r", command)
+
+    def queue_heartbeat(self, pipe: redis.client.Pipeline) -> None:
+        key = self.keys.heartbeat(self.identity)
+        pipe.sadd(self.keys.masters, self.identity)
+        pipe.hset(
+            key,
+            mapping={
+                "identity": self.identity,
+                "role": "master",
+                "pid": os.getpid(),
+                "hostname": self.identity.split(":", 1)[0],
+                "queues": ",".join(self.config.queue_names),
+                "concurrency": self.config.concurrency,
+                "processes": self.wanted,
+                "children": ",".join(c.identity for c in self.children),
+                "quiet": int(self.quiet),
+                "started_at": self.started_at,
+                "beat_at": time.time(),
+            },
+        )
+        pipe.expire(key, max(1, round(self.config.heartbeat_ttl)))
+
+    def clear_heartbeat(self) -> None:
+        with contextlib.suppress(redis.RedisError):  # it expires by itself
+            self.redis.delete(self.keys.heartbeat(self.identity))
+            self.redis.srem(self.keys.masters, self.identity)
+
+    # -- appearance ----------------------------------------------------------
+    def status(self) -> str:
+        alive = len(self.children.in_state(RUNNING, QUIET))
+        return f"{alive}/{self.wanted} children"
+
+    def update_title(self) -> None:
+        state = "stopping" if self.stopping else "quiet" if self.quiet else ""
+        alive = len(self.children.in_state(RUNNING, QUIET))
+        set_title(master_title(alive, self.wanted, self.config.queue_names, state))

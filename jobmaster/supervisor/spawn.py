@@ -1,0 +1,109 @@
+"""Forking one child and setting its process up.
+
+The worker object is built after fork (fresh Redis connections, threads);
+what must happen in the instant between fork and the child's own signal
+handlers happens with signals blocked, so a child never runs the master's
+handlers. The child gets its own process group: the master decides what
+reaches it (a terminal's Ctrl-C reaches the master, which forwards TERM),
+and when it dies the master can kill the subprocesses its jobs left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import secrets
+import signal
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from jobmaster import exitcodes
+from jobmaster.app import AppImportError, import_app
+from jobmaster.config import Config
+from jobmaster.log import set_process_fields
+from jobmaster.proctitle import child_title, set_title
+from jobmaster.signals import CHILD_SIGNALS, MASTER_SIGNALS, SignalQueue, reset_in_child
+from jobmaster.worker.identity import Identity
+
+log = logging.getLogger("jobmaster.supervisor.spawn")
+
+
+@dataclass(frozen=True)
+class Forked:
+    pid: int
+    identity: str
+    ready_fd: int  # read end: the child writes one byte once it is up
+
+
+def fork_child(config: Config, index: int, close_in_child: Iterable[int] = ()) -> Forked:
+    """Fork a child that runs one worker process; returns its pid, identity, ready pipe."""
+    nonce = secrets.token_hex(4)
+    master_pid = os.getpid()
+    read_fd, write_fd = os.pipe()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    if pid == 0:  # the child: never returns
+        os.close(read_fd)
+        for fd in close_in_child:
+            _close_quietly(fd)
+        _child_main(config, index, nonce, master_pid, write_fd, previous)
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    os.close(write_fd)
+    os.set_blocking(read_fd, False)
+    with contextlib.suppress(OSError):  # the child does it too: whichever runs first
+        os.setpgid(pid, pid)
+    identity = Identity(pid=pid, nonce=nonce, master_pid=master_pid, index=index)
+    return Forked(pid=pid, identity=str(identity), ready_fd=read_fd)
+
+
+def _child_main(
+    config: Config,
+    index: int,
+    nonce: str,
+    master_pid: int,
+    ready_fd: int,
+    mask: set[int | signal.Signals],
+) -> None:
+    code = exitcodes.RUNTIME_FAILURE
+    try:
+        os.setpgid(0, 0)
+        reset_in_child(MASTER_SIGNALS)
+        signals = SignalQueue(CHILD_SIGNALS)
+        signals.install()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        random.seed()  # else every child draws the same queue orders and jitter
+        set_process_fields(child=index)
+        set_title(child_title(index, 0, config.concurrency, config.queue_names, "starting"))
+        if not config.preload:
+            import_app(config.app)
+        from jobmaster.worker.child import serve  # after fork: the worker side, child only
+
+        identity = Identity(nonce=nonce, master_pid=master_pid, index=index)
+        code = serve(config, signals, identity, master_pid=master_pid, ready_fd=ready_fd)
+    except AppImportError as error:
+        log.error("%s", error)
+        code = exitcodes.APP_LOAD_FAILED
+    except BaseException:
+        log.exception("child %d failed", index)
+        code = exitcodes.RUNTIME_FAILURE
+    finally:
+        # os._exit: no atexit handlers, no finalizers that belong to the master
+        # (its embedded Redis, its connections).
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # nothing left to report to
+                stream.flush()
+        os._exit(code)
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)

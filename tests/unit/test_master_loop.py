@@ -1,0 +1,675 @@
+"""The master's decisions, against a fake OS seam: no fork, no Redis.
+
+``fork_child`` hands back made-up pids with a real pipe as the ready pipe;
+``os.kill``/``os.killpg`` are recorded, never sent; recovery and Redis are
+fakes that record what the master asked of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+
+from jobmaster import exitcodes
+from jobmaster.config import Config
+from jobmaster.recovery import RecoveryReport, Triage
+from jobmaster.supervisor import master as master_module
+from jobmaster.supervisor.backoff import FIRST_DELAY
+from jobmaster.supervisor.children import (
+    QUIET,
+    RETIRING,
+    RUNNING,
+    STARTING,
+    STOPPING,
+    Child,
+)
+from jobmaster.supervisor.master import STOP_MARGIN, Master
+from jobmaster.supervisor.spawn import Forked
+
+# Above Linux's largest pid_max (2**22): were a call to leak past the fakes,
+# it would reach no process at all.
+FIRST_FAKE_PID = 5_000_001
+NOBODY_LISTENS = "redis://127.0.0.1:1/0"  # never the shared Redis, even by mistake
+
+
+class FakeRecovery:
+    def __init__(self) -> None:
+        self.requeued: list[tuple[str, Triage | None]] = []
+        self.forgotten: list[str] = []
+        self.failures_to_come = 0
+
+    def requeue_all(self, identity: str, *, triage: Triage | None = None) -> RecoveryReport:
+        if self.failures_to_come:
+            self.failures_to_come -= 1
+            raise redis.ConnectionError("Connection refused")
+        self.requeued.append((identity, triage))
+        return RecoveryReport(requeued=["jid-1"])
+
+    def forget(self, identity: str) -> None:
+        self.forgotten.append(identity)
+
+
+class FakeRedis:
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def delete(self, *keys: str) -> int:
+        self.deleted.extend(keys)
+        return len(keys)
+
+
+class FakeNotifier:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, message: str) -> None:
+        self.sent.append(message)
+
+    def watchdog(self) -> None:
+        pass
+
+
+class Harness:
+    """A Master with every seam replaced, and what it did recorded."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
+        config = Config()
+        config.redis_url = NOBODY_LISTENS
+        config.processes = processes
+        config.shutdown_timeout = 10.0
+        config.max_crashes = 3
+        config.crash_queue = ""
+        self.forks: list[tuple[int, list[int]]] = []  # (index, fds closed in the child)
+        self.kills: list[tuple[int, int]] = []
+        self.killpgs: list[tuple[int, int]] = []
+        self.write_ends: dict[int, int] = {}  # pid -> write end of its ready pipe
+        self._next_pid = FIRST_FAKE_PID
+        monkeypatch.setattr(master_module, "fork_child", self.fork_child)
+        monkeypatch.setattr("jobmaster.supervisor.master.os.kill", self.kill)
+        monkeypatch.setattr("jobmaster.supervisor.master.os.killpg", self.killpg)
+        self.master = Master(config)
+        self.recovery = FakeRecovery()
+        self.redis = FakeRedis()
+        self.notifier = FakeNotifier()
+        self.master.recovery = self.recovery  # type: ignore[assignment]
+        self.master.redis = self.redis  # type: ignore[assignment]
+        self.master.notifier = self.notifier  # type: ignore[assignment]
+
+    # -- the seams -------------------------------------------------------
+    def fork_child(self, config: Config, index: int, close_in_child: Any = ()) -> Forked:
+        assert config is self.master.config
+        pid, self._next_pid = self._next_pid, self._next_pid + 1
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        self.write_ends[pid] = write_end
+        self.forks.append((index, list(close_in_child)))
+        return Forked(pid=pid, identity=f"h:{pid}:n", ready_fd=read_end)
+
+    def kill(self, pid: int, signum: int) -> None:
+        assert pid >= FIRST_FAKE_PID, f"a real pid {pid} almost got signal {signum}"
+        self.kills.append((pid, signum))
+
+    def killpg(self, pgid: int, signum: int) -> None:
+        assert pgid >= FIRST_FAKE_PID, f"a real group {pgid} almost got signal {signum}"
+        self.killpgs.append((pgid, signum))
+
+    # -- driving it ------------------------------------------------------
+    def children(self) -> list[Child]:
+        return sorted(self.master.children, key=lambda c: (c.index, c.pid))
+
+    def child(self, index: int, state: str | None = None) -> Child:
+        found = [
+            c for c in self.children() if c.index == index and (state is None or c.state == state)
+        ]
+        assert len(found) == 1, found
+        return found[0]
+
+    def ready(self, child: Child) -> None:
+        """The child writes its byte, the master's select finds it readable."""
+        os.write(self.write_ends[child.pid], b"1")
+        self.master.read_ready(child)
+
+    def start_all(self) -> list[Child]:
+        self.master.spawn_missing()
+        for child in self.children():
+            if child.state == STARTING:
+                self.ready(child)
+        return self.children()
+
+    def die(self, child: Child, status: int) -> None:
+        """What ``reap`` does for one of ours."""
+        assert self.master.children.pop(child.pid) is child
+        self.master.child_exited(child, status)
+
+    def signals_to(self, child: Child) -> list[int]:
+        return [signum for pid, signum in self.kills if pid == child.pid]
+
+    def close(self) -> None:
+        for child in self.master.children:
+            if child.ready_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(child.ready_fd)
+        for fd in self.write_ends.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+@pytest.fixture
+def harness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    built = Harness(monkeypatch, processes=3)
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+def killed_by(signum: int) -> int:
+    status = int(signum)
+    assert os.WIFSIGNALED(status)
+    return status
+
+
+def exited_with(code: int) -> int:
+    status = code << 8
+    assert os.WIFEXITED(status)
+    return status
+
+
+def long_lived(child: Child) -> Child:
+    """As if it had been up for a minute: its death is not "right after start"."""
+    child.started_at = time.monotonic() - 60.0
+    return child
+
+
+# -- starting --------------------------------------------------------------
+def test_spawn_missing_forks_one_child_per_process_with_indexes_1_to_n(harness: Harness) -> None:
+    harness.master.spawn_missing()
+    children = harness.children()
+    assert [c.index for c in children] == [1, 2, 3]
+    assert [index for index, _ in harness.forks] == [1, 2, 3]
+    assert all(c.state == STARTING for c in children)
+    assert all(c.ready_fd is not None for c in children)
+    assert [c.identity for c in children] == [f"h:{c.pid}:n" for c in children]
+    # each child closes the ready pipes of those forked before it
+    assert harness.forks[2][1][:2] == [children[0].ready_fd, children[1].ready_fd]
+    harness.master.spawn_missing()
+    assert len(harness.forks) == 3  # nothing missing: nothing forked
+    assert harness.kills == []
+
+
+def test_ready_child_runs_and_ready_is_announced_once_all_are_up(harness: Harness) -> None:
+    harness.master.spawn_missing()
+    first, second, third = harness.children()
+    harness.ready(first)
+    harness.ready(second)
+    assert (first.state, second.state, third.state) == (RUNNING, RUNNING, STARTING)
+    assert first.ready_fd is None  # read once, closed
+    assert harness.notifier.sent == []
+    harness.ready(third)
+    assert harness.notifier.sent == ["READY=1\nSTATUS=3/3 children"]
+
+
+def test_a_child_ready_while_quiet_is_quieted(harness: Harness) -> None:
+    harness.master.spawn_missing()
+    harness.master.set_quiet(True)
+    harness.kills.clear()
+    child = harness.child(1)
+    harness.ready(child)
+    assert child.state == QUIET
+    assert harness.signals_to(child) == [signal.SIGTSTP]
+
+
+def test_a_ready_pipe_closed_without_a_byte_leaves_the_child_starting(harness: Harness) -> None:
+    harness.master.spawn_missing()
+    child = harness.child(1)
+    os.close(harness.write_ends.pop(child.pid))  # died before it was up: EOF
+    harness.master.read_ready(child)
+    assert child.state == STARTING
+    assert child.ready_fd is None
+
+
+# -- children dying --------------------------------------------------------
+def test_unexpected_death_requeues_with_crash_triage_and_backs_off(harness: Harness) -> None:
+    harness.start_all()
+    child = harness.child(2)
+    before = time.monotonic()
+    harness.die(child, killed_by(signal.SIGKILL))
+
+    assert len(harness.recovery.requeued) == 1
+    identity, triage = harness.recovery.requeued[0]
+    assert identity == child.identity
+    assert triage is not None
+    payload, reason = triage({"jid": "j", "queue": "default"})
+    assert (payload["crash_count"], payload["crash_cause"], reason) == (1, "SIGKILL", None)
+    assert harness.recovery.forgotten == [child.identity]
+    assert harness.redis.deleted == [harness.master.keys.heartbeat(child.identity)]
+    assert harness.master.pending == []
+    assert harness.killpgs == [(child.pid, signal.SIGKILL)]  # what its jobs left behind
+
+    # it died right after start: its slot is refilled after the backoff, not at once
+    assert before + FIRST_DELAY <= harness.master.respawn_at[2] <= time.monotonic() + FIRST_DELAY
+    harness.master.spawn_missing()
+    assert len(harness.forks) == 3
+    harness.master.respawn_at[2] = time.monotonic() - 0.001  # the backoff has passed
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks] == [1, 2, 3, 2]
+    assert 2 not in harness.master.respawn_at
+    assert harness.master.exit_code == exitcodes.OK
+    assert not harness.master.stopping
+
+
+def test_repeated_early_deaths_back_off_longer(harness: Harness) -> None:
+    harness.master.spawn_missing()
+    delays = []
+    for _ in range(3):
+        child = harness.child(1)
+        harness.die(child, exited_with(1))
+        delays.append(harness.master.respawn_at[1] - time.monotonic())
+        harness.master.respawn_at[1] = 0.0
+        harness.master.spawn_missing()
+    assert delays[0] == pytest.approx(0.1, abs=0.05)
+    assert delays[1] == pytest.approx(0.2, abs=0.05)
+    assert delays[2] == pytest.approx(0.4, abs=0.05)
+
+
+def test_death_after_a_healthy_life_is_replaced_at_once(harness: Harness) -> None:
+    harness.start_all()
+    child = long_lived(harness.child(3))
+    harness.die(child, killed_by(signal.SIGSEGV))
+    assert harness.recovery.requeued[0][1] is not None  # still a crash
+    assert 3 not in harness.master.respawn_at
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks] == [1, 2, 3, 3]
+
+
+def test_expected_exit_requeues_without_triage_and_no_backoff(harness: Harness) -> None:
+    harness.start_all()
+    child = harness.child(1)
+    child.state = STOPPING
+    harness.die(child, exited_with(0))
+    assert harness.recovery.requeued == [(child.identity, None)]
+    assert harness.master.respawn_at == {}
+    assert harness.master.backoff == {}
+
+
+def test_expected_death_by_signal_is_not_a_crash_either(harness: Harness) -> None:
+    harness.start_all()
+    child = harness.child(1)
+    harness.master.stop_child(child, "test")
+    harness.die(child, killed_by(signal.SIGKILL))  # e.g. stop_overdue's SIGKILL
+    assert harness.recovery.requeued == [(child.identity, None)]
+    assert harness.master.respawn_at == {}
+
+
+def test_app_import_failure_halts_instead_of_fork_looping(harness: Harness) -> None:
+    harness.master.spawn_missing()
+    failed, *others = harness.children()
+    harness.die(failed, exited_with(exitcodes.APP_LOAD_FAILED))
+    assert harness.master.exit_code == exitcodes.APP_LOAD_FAILED
+    assert harness.master.stopping
+    assert harness.recovery.requeued[0][0] == failed.identity
+    assert harness.recovery.requeued[0][1] is not None
+    for child in others:
+        assert harness.signals_to(child) == [signal.SIGTERM]
+        assert child.state == STOPPING
+    assert harness.signals_to(failed) == []
+    assert harness.notifier.sent == ["STOPPING=1"]
+    assert harness.master.respawn_at == {}
+
+
+def test_exit_0_of_a_child_not_stopped_is_not_a_crash_but_is_replaced(harness: Harness) -> None:
+    harness.start_all()
+    child = long_lived(harness.child(2))
+    harness.die(child, exited_with(0))
+    assert harness.recovery.requeued == [(child.identity, None)]
+    assert harness.master.exit_code == exitcodes.OK
+    assert not harness.master.stopping
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks] == [1, 2, 3, 2]
+
+
+def test_exit_0_right_after_start_is_replaced_after_the_backoff(harness: Harness) -> None:
+    harness.start_all()
+    child = harness.child(2)
+    harness.die(child, exited_with(0))
+    assert harness.recovery.requeued == [(child.identity, None)]
+    assert 2 in harness.master.respawn_at
+    harness.master.respawn_at[2] = 0.0
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks] == [1, 2, 3, 2]
+
+
+def test_reap_collects_ours_and_strangers(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.start_all()
+    child = harness.child(1)
+    statuses = [(child.pid, killed_by(signal.SIGKILL)), (4_999_999, 0), (0, 0)]
+    monkeypatch.setattr(
+        "jobmaster.supervisor.master.os.waitpid", lambda pid, options: statuses.pop(0)
+    )
+    harness.master.reap()
+    assert statuses == []
+    assert child.pid not in harness.master.children.by_pid
+    assert len(harness.master.children) == 2
+    assert harness.recovery.requeued[0][0] == child.identity
+
+
+def test_reap_stops_when_there_are_no_children(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_children(pid: int, options: int) -> tuple[int, int]:
+        raise ChildProcessError
+
+    monkeypatch.setattr("jobmaster.supervisor.master.os.waitpid", no_children)
+    harness.master.reap()  # returns, raises nothing
+    assert harness.recovery.requeued == []
+
+
+def record_select_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    timeouts: list[float] = []
+
+    def fake_select(
+        read: list[int], write: list[int], error: list[int], timeout: float
+    ) -> tuple[list[int], list[int], list[int]]:
+        timeouts.append(timeout)
+        return [], [], []
+
+    monkeypatch.setattr(master_module, "select", SimpleNamespace(select=fake_select))
+    return timeouts
+
+
+def test_wait_wakes_up_for_a_due_respawn(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    timeouts = record_select_timeouts(monkeypatch)
+    harness.start_all()
+    harness.master.wait()
+    harness.die(harness.child(1), killed_by(signal.SIGKILL))
+    harness.master.wait()
+    assert timeouts[0] == 1.0  # nothing to do: the loop's usual second
+    assert 0.0 < timeouts[1] <= FIRST_DELAY  # no longer than the backoff
+
+
+def test_ttou_below_a_slot_in_backoff_does_not_make_the_loop_spin(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeouts = record_select_timeouts(monkeypatch)
+    harness.start_all()
+    harness.die(harness.child(3), exited_with(1))  # right after start: back in 0.1 s
+    harness.master.handle_sigttou()  # the operator shrinks the pool meanwhile
+    assert harness.kills == []  # two serving children are what is wanted now
+    harness.master.respawn_at[3] = time.monotonic() - 0.001  # the backoff has passed
+    for _ in range(3):  # a few turns of the loop
+        harness.master.spawn_missing()
+        harness.master.wait()
+    assert len(harness.forks) == 3  # slot 3 is not wanted any more
+    assert min(timeouts) > 0.5
+
+
+# -- Redis away ------------------------------------------------------------
+def test_redis_error_keeps_the_dead_childs_list_pending_until_it_works(harness: Harness) -> None:
+    harness.start_all()
+    child = harness.child(1)
+    harness.recovery.failures_to_come = 1
+    harness.die(child, killed_by(signal.SIGKILL))
+    assert harness.recovery.requeued == []
+    assert harness.master.pending == [(child.identity, "SIGKILL")]
+    assert harness.recovery.forgotten == []
+
+    assert harness.master.requeue_pending() == "1 job(s)"
+    assert harness.master.pending == []
+    identity, triage = harness.recovery.requeued[0]
+    assert identity == child.identity
+    assert triage is not None  # still treated as the crash it was
+    assert triage({"jid": "j", "queue": "default"})[0]["crash_cause"] == "SIGKILL"
+    assert harness.recovery.forgotten == [child.identity]
+
+
+def test_requeue_pending_keeps_order_and_stops_at_the_first_error(harness: Harness) -> None:
+    harness.master.pending = [("a", None), ("b", "SIGKILL")]
+    harness.recovery.failures_to_come = 1
+    assert harness.master.requeue_pending() == "nothing yet (Redis unavailable; retrying)"
+    assert harness.master.pending == [("a", None), ("b", "SIGKILL")]
+    assert harness.master.requeue_pending() == "1 job(s), 1 job(s)"
+    assert [identity for identity, _ in harness.recovery.requeued] == ["a", "b"]
+    assert harness.recovery.requeued[0][1] is None
+    assert harness.recovery.requeued[1][1] is not None
+
+
+# -- pool size: TTIN / TTOU ------------------------------------------------
+def test_ttin_wants_one_more_child(harness: Harness) -> None:
+    harness.start_all()
+    harness.master.handle_sigttin()
+    assert harness.master.wanted == 4
+    assert harness.kills == []
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks] == [1, 2, 3, 4]
+
+
+def test_ttou_wants_one_fewer_and_terms_the_highest_index(harness: Harness) -> None:
+    harness.start_all()
+    highest = harness.child(3)
+    harness.master.handle_sigttou()
+    assert harness.master.wanted == 2
+    assert harness.kills == [(highest.pid, signal.SIGTERM)]
+    assert highest.state == STOPPING
+    harness.master.spawn_missing()
+    assert len(harness.forks) == 3  # no replacement
+    harness.die(highest, exited_with(0))
+    assert harness.recovery.requeued == [(highest.identity, None)]
+    harness.master.spawn_missing()
+    assert len(harness.forks) == 3
+
+
+def test_ttou_never_goes_below_one_child(harness: Harness) -> None:
+    harness.start_all()
+    harness.master.handle_sigttou()
+    harness.master.handle_sigttou()
+    harness.kills.clear()
+    harness.master.handle_sigttou()
+    assert harness.master.wanted == 1
+    assert harness.kills == []
+
+
+def test_signals_are_dispatched_by_name(harness: Harness) -> None:
+    harness.start_all()
+    for signum in (signal.SIGTTIN, signal.SIGTTIN, signal.SIGCHLD, signal.SIGTTOU):
+        harness.master.signals.put(signum)
+    harness.master.handle_signals()
+    assert harness.master.wanted == 4
+    assert harness.master.signals.get(timeout=0) is None
+
+
+def test_usr1_is_forwarded_to_every_child(harness: Harness) -> None:
+    children = harness.start_all()
+    harness.master.signals.put(signal.SIGUSR1)
+    harness.master.handle_signals()
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGUSR1) for c in children)
+
+
+# -- rolling restart: HUP --------------------------------------------------
+def test_hup_retires_serving_children_and_forks_replacements(harness: Harness) -> None:
+    old = harness.start_all()
+    harness.master.handle_sighup()
+    assert all(c.state == RETIRING for c in old)
+    assert harness.kills == []  # nobody stops before a replacement is up
+    harness.master.spawn_missing()
+    new = [c for c in harness.children() if c not in old]
+    assert sorted(c.index for c in new) == [1, 2, 3]
+    assert all(c.state == STARTING for c in new)
+
+
+def test_each_ready_replacement_stops_one_retiring_child(harness: Harness) -> None:
+    old = harness.start_all()
+    harness.master.handle_sighup()
+    harness.master.spawn_missing()
+    new = [c for c in harness.children() if c not in old]
+
+    harness.ready(new[0])
+    assert harness.kills == [(old[0].pid, signal.SIGTERM)]
+    assert old[0].state == STOPPING
+    assert old[0].stop_reason == "replaced (HUP)"
+    assert [c.state for c in old[1:]] == [RETIRING, RETIRING]
+
+    harness.ready(new[1])
+    harness.ready(new[2])
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTERM) for c in old)
+    assert harness.master.children.in_state(RETIRING) == []
+    for child in old:
+        harness.die(child, exited_with(0))
+    assert all(triage is None for _, triage in harness.recovery.requeued)
+    harness.master.spawn_missing()
+    assert len(harness.forks) == 6
+
+
+def test_hup_while_stopping_is_ignored(harness: Harness) -> None:
+    harness.start_all()
+    harness.master.begin_stop("SIGTERM")
+    harness.master.handle_sighup()
+    assert harness.master.children.in_state(RETIRING) == []
+
+
+def test_two_hups_in_a_row_still_replace_every_child(harness: Harness) -> None:
+    harness.start_all()
+    harness.master.handle_sighup()
+    harness.master.spawn_missing()
+    harness.master.handle_sighup()  # e.g. two deploys in quick succession
+    harness.master.spawn_missing()
+    for child in harness.children():
+        if child.ready_fd is not None:
+            harness.ready(child)  # every generation comes up
+    assert len(harness.master.children.serving()) == 3
+    assert harness.master.children.in_state(RETIRING) == []
+
+
+def test_ttou_during_a_rolling_restart_leaves_no_retiring_child(harness: Harness) -> None:
+    old = harness.start_all()
+    harness.master.handle_sighup()
+    harness.master.spawn_missing()
+    harness.master.handle_sigttou()
+    for child in harness.children():
+        if child not in old and child.state == STARTING:
+            harness.ready(child)
+    assert len(harness.master.children.serving()) == 2
+    assert harness.master.children.in_state(RETIRING) == []
+
+
+# -- stopping: TERM, INT, QUIT ---------------------------------------------
+def test_sigterm_stops_every_child_gracefully(harness: Harness) -> None:
+    children = harness.start_all()
+    before = time.monotonic()
+    harness.master.signals.put(signal.SIGTERM)
+    harness.master.handle_signals()
+    assert harness.master.stopping
+    assert harness.notifier.sent[-1] == "STOPPING=1"
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTERM) for c in children)
+    for child in children:
+        assert child.state == STOPPING
+        assert child.stop_deadline is not None
+        assert child.stop_deadline >= before + 10.0 + STOP_MARGIN
+        assert child.stop_deadline <= time.monotonic() + 10.0 + STOP_MARGIN
+
+
+def test_repeated_sigterm_sends_one_term_per_child(harness: Harness) -> None:
+    children = harness.start_all()
+    for _ in range(3):
+        harness.master.signals.put(signal.SIGTERM)
+    harness.master.handle_signals()
+    deadlines = [c.stop_deadline for c in children]
+    harness.master.handle_sigterm()
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTERM) for c in children)
+    assert [c.stop_deadline for c in children] == deadlines  # never shortened
+    assert harness.notifier.sent.count("STOPPING=1") == 1
+
+
+def test_first_sigint_is_graceful_second_sends_sigquit(harness: Harness) -> None:
+    children = harness.start_all()
+    harness.master.handle_sigint()
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTERM) for c in children)
+    harness.kills.clear()
+    harness.master.handle_sigint()
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGQUIT) for c in children)
+    for child in children:  # SIGKILL comes sooner now
+        assert child.stop_deadline is not None
+        assert child.stop_deadline <= time.monotonic() + STOP_MARGIN
+
+
+def test_sigint_after_sigterm_is_not_yet_the_second_ctrl_c(harness: Harness) -> None:
+    harness.start_all()
+    harness.master.handle_sigterm()
+    harness.kills.clear()
+    harness.master.handle_sigint()
+    assert harness.kills == []
+
+
+def test_sigquit_stops_at_once(harness: Harness) -> None:
+    children = harness.start_all()
+    harness.master.handle_sigquit()
+    assert harness.master.stopping
+    for child in children:
+        assert harness.signals_to(child) == [signal.SIGTERM, signal.SIGQUIT]
+
+
+def test_stop_overdue_kills_a_stopping_child_past_its_deadline(harness: Harness) -> None:
+    late, in_time, running = harness.start_all()
+    harness.master.stop_child(late, "test")
+    harness.master.stop_child(in_time, "test")
+    late.stop_deadline = time.monotonic() - 0.001
+    harness.kills.clear()
+    harness.master.stop_overdue()
+    assert harness.kills == [(late.pid, signal.SIGKILL)]
+    harness.master.stop_overdue()  # once is enough
+    assert harness.kills == [(late.pid, signal.SIGKILL)]
+    assert running.state == RUNNING
+
+
+def test_a_child_already_gone_when_signalled_is_left_to_the_reaper(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.start_all()
+
+    def gone(pid: int, signum: int) -> None:
+        raise ProcessLookupError
+
+    monkeypatch.setattr("jobmaster.supervisor.master.os.kill", gone)
+    harness.master.handle_sigterm()  # raises nothing
+    assert all(c.state == STOPPING for c in harness.master.children)
+
+
+# -- quiet: TSTP / CONT ------------------------------------------------------
+def is_quiet(master: Master) -> bool:
+    return master.quiet  # a call: mypy does not narrow it across the two checks
+
+
+def test_set_quiet_forwards_tstp_then_cont(harness: Harness) -> None:
+    children = harness.start_all()
+    harness.master.signals.put(signal.SIGTSTP)
+    harness.master.handle_signals()
+    assert is_quiet(harness.master)
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTSTP) for c in children)
+    assert all(c.state == QUIET for c in children)
+    harness.master.set_quiet(True)  # already quiet: nothing more sent
+    assert len(harness.kills) == 3
+
+    harness.kills.clear()
+    harness.master.signals.put(signal.SIGCONT)
+    harness.master.handle_signals()
+    assert not is_quiet(harness.master)
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGCONT) for c in children)
+    assert all(c.state == RUNNING for c in children)
+
+
+def test_quiet_while_stopping_sends_nothing(harness: Harness) -> None:
+    harness.start_all()
+    harness.master.begin_stop("SIGTERM")
+    harness.kills.clear()
+    harness.master.set_quiet(True)
+    assert harness.kills == []
