@@ -85,3 +85,24 @@ def slow_count(number: int, seconds: float) -> None:
     time.sleep(seconds)
     with _counts_lock:
         COUNTS[number] += 1
+
+
+@jobmaster.job(name="tests.spawn_sleeper")
+def spawn_sleeper(marker: str) -> None:
+    """Starts a long subprocess, records its pid, then waits (to be killed)."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "300"])
+    store().set(f"test:subprocess:{marker}", child.pid)
+    store().sadd("test:started", marker)
+    time.sleep(300)
+
+
+@jobmaster.job(name="tests.run_subprocess")
+def run_subprocess(marker: str) -> None:
+    """Runs a subprocess to completion: needs SIGCHLD left to job code."""
+    import subprocess
+
+    out = subprocess.run(["echo", marker], check=True, capture_output=True, text=True)
+    store().set(f"test:output:{marker}", out.stdout.strip())
+    store().sadd("test:done", marker)

@@ -332,37 +332,28 @@ class Master:
         cause = exits.cause(status)
         self.pending.append((child.identity, cause if crashed else None))
         requeued = self.requeue_pending()
+        where, how = f"child {child.index} (pid {child.pid})", exits.describe(status)
         if crashed:
-            log.error(
-                "child %d (pid %d) died: %s; requeued %s",
-                child.index,
-                child.pid,
-                exits.describe(status),
-                requeued,
-            )
+            log.error("%s died: %s; requeued %s", where, how, requeued)
             if exits.exit_code(status) == exitcodes.APP_LOAD_FAILED:
                 log.error("the app failed to import in a child: halting instead of fork-looping")
                 self.exit_code = exitcodes.APP_LOAD_FAILED
                 self.begin_stop("app import failure")
                 return
+        elif unexpected:
+            log.warning("%s exited on its own (%s); replacing it", where, how)
+        else:
+            log.info("%s stopped (%s): %s", where, child.stop_reason, how)
         if unexpected:
             delay = self.backoff.setdefault(child.index, CrashBackoff()).delay_after_death(lived)
             if delay:
                 self.respawn_at[child.index] = time.monotonic() + delay
                 log.warning(
-                    "child %d died %.1fs after start: restarting in %.1fs",
+                    "child %d ended %.1fs after start: restarting in %.1fs",
                     child.index,
                     lived,
                     delay,
                 )
-        if not crashed:
-            log.info(
-                "child %d (pid %d) stopped (%s): %s",
-                child.index,
-                child.pid,
-                child.stop_reason,
-                exits.describe(status),
-            )
 
     def requeue_pending(self) -> str:
         """Requeue the in-progress lists of dead children; returns a summary."""

@@ -56,6 +56,9 @@ class Heartbeat(threading.Thread):
             "started_at": self.started_at,
             "beat_at": time.time(),
         }
+        if ctx.identity.master_pid is not None:
+            fields["master_pid"] = ctx.identity.master_pid
+            fields["index"] = ctx.identity.index or 0
         fields.update(self.info())
         key = keys.heartbeat(ctx.name)
         pipe = ctx.redis.pipeline(transaction=True)

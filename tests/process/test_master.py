@@ -345,3 +345,49 @@ def test_systemd_notify_messages(
         master.signal(signal.SIGTERM)
         wait_until(lambda: received("STOPPING=1"), timeout=10, message="STOPPING=1")
         assert master.wait(timeout=15) == 0
+
+
+def test_jobs_run_subprocesses_and_a_dead_child_leaves_none_behind(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster("-c", str(write_config(processes=1)))
+    working_children(store, master, 1)
+    client = Client(redis_url)
+    client.push({"job": "tests.run_subprocess", "args": ["echoed"]})
+    wait_until(lambda: store.sismember("test:done", "echoed"), timeout=10)
+    assert store.get("test:output:echoed") == b"echoed"
+    jid = client.push({"job": "tests.spawn_sleeper", "args": ["sleeper"], "retry": 0})
+    wait_until(lambda: store.sismember("test:started", "sleeper"), timeout=10)
+    sleeper = int(store.get("test:subprocess:sleeper") or 0)
+    assert psutil.pid_exists(sleeper)
+    owner = inprogress_owner(store, jid)
+    assert owner is not None
+    psutil.Process(owner).kill()
+    wait_until(
+        lambda: (
+            not psutil.pid_exists(sleeper)
+            or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
+        ),
+        timeout=5,
+        message="the job's subprocess was killed with its child",
+    )
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=15) == 0
+
+
+def test_a_child_that_gets_term_itself_finishes_its_job_and_is_replaced(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster("-c", str(write_config(processes=1, shutdown_timeout=10)))
+    [pid] = working_children(store, master, 1)
+    Client(redis_url).push({"job": "tests.record", "args": ["own-term", 1.0]})
+    wait_until(lambda: store.sismember("test:started", "own-term"), timeout=10)
+    psutil.Process(pid).terminate()  # as a platform signalling every process would
+    psutil.Process(pid).terminate()
+    wait_until(lambda: store.sismember("test:done", "own-term"), timeout=10)
+    assert runs(store, "own-term") == 1
+    [replacement] = working_children(store, master, 1)
+    assert replacement != pid
+    assert "died" not in master.log()  # a clean exit is not a crash
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=15) == 0
