@@ -11,7 +11,11 @@ from dataclasses import dataclass
 
 FIRST_DELAY = 0.1
 MAX_DELAY = 30.0
-HEALTHY_AFTER = 10.0  # seconds alive after which a death is not "right after start"
+# Seconds a child must have been *ready* (serving) for its death not to count
+# as "right after start". Measured from ready, not from fork: a child that
+# served for a few seconds and was then OOM-killed is replaced at once, while
+# one that never gets ready (or dies as it does) backs off.
+HEALTHY_AFTER = 1.0
 
 
 @dataclass
@@ -20,9 +24,10 @@ class CrashBackoff:
 
     failures: int = 0
 
-    def delay_after_death(self, lived: float) -> float:
-        """Seconds to wait before replacing a child that lived ``lived`` seconds."""
-        if lived >= HEALTHY_AFTER:
+    def delay_after_death(self, served: float) -> float:
+        """Seconds to wait before replacing a child that served ``served`` seconds
+        (0 if it never reported ready)."""
+        if served >= HEALTHY_AFTER:
             self.failures = 0
             return 0.0
         # Capped count: a deploy that cannot start crash-loops all night, and

@@ -29,6 +29,7 @@ class Child:
     state: str = STARTING
     stop_deadline: float | None = None  # monotonic: SIGKILL after this
     stop_reason: str = ""
+    ready_at: float | None = None  # monotonic, once it reported ready
 
     @property
     def expected_exit(self) -> bool:

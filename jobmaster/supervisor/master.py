@@ -292,6 +292,7 @@ class Master:
             child.ready_fd = None
         if not data or child.state != STARTING:
             return
+        child.ready_at = time.monotonic()
         child.state = QUIET if self.quiet else RUNNING
         if self.quiet:
             self.kill(child, signal.SIGTSTP)
@@ -324,7 +325,7 @@ class Master:
             child.ready_fd = None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)  # subprocesses its jobs left behind
-        lived = time.monotonic() - child.started_at
+        served = time.monotonic() - child.ready_at if child.ready_at is not None else 0.0
         unexpected = not child.expected_exit
         # A child that left on its own with exit 0 (a remote stop of that one
         # child) pushed its jobs back itself: replaced, but not a crash.
@@ -345,13 +346,13 @@ class Master:
         else:
             log.info("%s stopped (%s): %s", where, child.stop_reason, how)
         if unexpected:
-            delay = self.backoff.setdefault(child.index, CrashBackoff()).delay_after_death(lived)
+            delay = self.backoff.setdefault(child.index, CrashBackoff()).delay_after_death(served)
             if delay:
                 self.respawn_at[child.index] = time.monotonic() + delay
                 log.warning(
-                    "child %d ended %.1fs after start: restarting in %.1fs",
+                    "child %d ended %.1fs after it was ready: restarting in %.1fs",
                     child.index,
-                    lived,
+                    served,
                     delay,
                 )
 

@@ -53,6 +53,7 @@ class JobmasterProcess:
         self.popen.send_signal(signum)
 
     def signal_group(self, signum: int) -> None:
+        assert self.popen.poll() is None, "signalling the group of an exited process"
         os.killpg(self.popen.pid, signum)
 
     def wait(self, timeout: float) -> int:
@@ -119,8 +120,9 @@ def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Jobm
         with contextlib.suppress(psutil.Error):
             process.kill()
     for process in started:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        if process.popen.poll() is None:  # a reaped pid's group id may be reused
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
         process.popen.wait(timeout=10)
 
 

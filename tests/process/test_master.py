@@ -278,8 +278,12 @@ def test_usr1_logs_each_thread_s_traceback(
     master = run_jobmaster("-c", str(write_config(processes=2)))
     working_children(store, master, 2)
     master.signal(signal.SIGUSR1)
-    wait_until(lambda: master.log().count("traceback of thread MainThread") == 2, timeout=10)
-    assert "traceback of thread jobmaster-processor-0" in master.log()
+    for thread in ("MainThread", "jobmaster-processor-0", "jobmaster-heartbeat"):
+        wait_until(
+            lambda thread=thread: master.log().count(f"traceback of thread {thread}:") == 2,
+            timeout=10,
+            message=f"both children dumped {thread}",
+        )
     master.signal(signal.SIGTERM)
     assert master.wait(timeout=15) == 0
 

@@ -185,8 +185,9 @@ def exited_with(code: int) -> int:
 
 
 def long_lived(child: Child) -> Child:
-    """As if it had been up for a minute: its death is not "right after start"."""
-    child.started_at = time.monotonic() - 60.0
+    """As if it had been serving for a minute: its death is not "right after start"."""
+    child.started_at = time.monotonic() - 61.0
+    child.ready_at = time.monotonic() - 60.0
     return child
 
 
