@@ -4,6 +4,9 @@
 ``time.time()`` taken by the producer just before the push) the job body
 started, as a JSON object LPUSHed to ``bench:latency`` on the Redis named by
 the ``BENCH_REDIS_URL`` environment variable (the benchmark's private server).
+
+``bench_jobs.hold(token, seconds)`` is the long job that bench/failover.py
+kills the child under: it records each start and stops early on request.
 """
 
 from __future__ import annotations
@@ -40,3 +43,21 @@ def stamp(t_enqueue: float) -> None:
         "thread": threading.current_thread().name,
     }
     _redis().lpush(RESULTS_KEY, json.dumps(record))
+
+
+FAILOVER_PREFIX = "bench:failover:"  # same as failover.FAILOVER_PREFIX
+
+
+@jobmaster.job(name="bench_jobs.hold", retry=False)
+def hold(token: str, seconds: float = 30.0) -> None:
+    """Mark a start (``RPUSH bench:failover:started:<token>``), then run until
+    ``bench:failover:stop:<token>`` exists or ``seconds`` have passed (bench/failover.py)."""
+    conn = _redis()
+    mark = {"t": time.time(), "pid": os.getpid(), "thread": threading.current_thread().name}
+    conn.rpush(f"{FAILOVER_PREFIX}started:{token}", json.dumps(mark))
+    stop = f"{FAILOVER_PREFIX}stop:{token}"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if conn.exists(stop):
+            return
+        time.sleep(0.02)
