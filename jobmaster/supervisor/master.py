@@ -51,6 +51,7 @@ log = logging.getLogger("jobmaster.supervisor.master")
 STOP_MARGIN = 5.0  # seconds a stopping child gets beyond shutdown_timeout to push back
 CONTROL_INTERVAL = 0.5  # seconds between reads of the master's remote control list
 HEARTBEAT_INTERVAL = 5.0
+CONTROL_BATCH = 100  # remote commands read per look
 
 
 class Master:
@@ -384,13 +385,17 @@ class Master:
             return
         self._next_control = now + CONTROL_INTERVAL
         try:
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.lrange(self.keys.control(self.identity), 0, -1)
-            pipe.delete(self.keys.control(self.identity))
-            if now >= self._next_heartbeat:
+            # LPOP with a count reads and removes in one command: an idle
+            # master costs Redis one command per CONTROL_INTERVAL.
+            beat = now >= self._next_heartbeat
+            # MULTI only with the heartbeat: its hash must never exist without
+            # its TTL, or the master would look alive forever.
+            pipe = self.redis.pipeline(transaction=beat)
+            pipe.lpop(self.keys.control(self.identity), CONTROL_BATCH)
+            if beat:
                 self._next_heartbeat = now + HEARTBEAT_INTERVAL
                 self.queue_heartbeat(pipe)
-            commands = byte_list(pipe.execute()[0])
+            commands = byte_list(pipe.execute()[0] or [])
             self.outage.succeeded(now)
         except redis.RedisError as error:
             self.outage.failed(error, now)

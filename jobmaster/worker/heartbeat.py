@@ -65,9 +65,8 @@ class Heartbeat(threading.Thread):
         pipe.sadd(keys.processes, ctx.name)
         pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
         pipe.expire(key, max(1, round(ctx.config.heartbeat_ttl)))
-        pipe.lrange(keys.control(ctx.name), 0, -1)
-        pipe.delete(keys.control(ctx.name))
-        commands = pipe.execute()[3]
+        pipe.lpop(keys.control(ctx.name), 100)  # read and remove, one command
+        commands = pipe.execute()[3] or []
         for raw in commands:
             command = raw.decode(errors="replace")
             if command in COMMANDS:
