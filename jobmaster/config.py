@@ -66,6 +66,7 @@ class Config:
     memory_metric: str = field(default_factory=_default("memory_metric"))
     memory_check_interval: float = field(default_factory=_default("memory_check_interval"))
     memory_grace: float = field(default_factory=_default("memory_grace"))
+    cgroup_root: str = field(default_factory=_default("cgroup_root"))
     max_crashes: int = field(default_factory=_default("max_crashes"))
     crash_queue: str = field(default_factory=_default("crash_queue"))
     heartbeat_ttl: float = field(default_factory=_default("heartbeat_ttl"))

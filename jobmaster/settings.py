@@ -350,6 +350,13 @@ _ALL = [
         parse=number(0),
     ),
     Setting(
+        name="cgroup_root",
+        default="/sys/fs/cgroup",
+        help='Where to read the container memory limit for "auto" and the guard.',
+        parse=string,
+        env="JOBMASTER_CGROUP_ROOT",
+    ),
+    Setting(
         name="max_crashes",
         default=3,
         help="Child deaths a job may cause before it goes to the dead set.",

@@ -24,7 +24,8 @@ RESUME = {signal.SIGCONT}
 STOP = {signal.SIGTERM, signal.SIGINT}
 STOP_NOW = {signal.SIGQUIT}  # the master's "second Ctrl-C" to its children
 DUMP = {signal.SIGUSR1}
-CHILD_SIGNALS = QUIET | RESUME | STOP | STOP_NOW | DUMP
+RECYCLE = {signal.SIGUSR2}  # the master's "you are over your memory limit" to a child
+CHILD_SIGNALS = QUIET | RESUME | STOP | STOP_NOW | DUMP | RECYCLE
 MASTER_SIGNALS = CHILD_SIGNALS | {
     signal.SIGHUP,
     signal.SIGTTIN,

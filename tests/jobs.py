@@ -106,3 +106,25 @@ def run_subprocess(marker: str) -> None:
     out = subprocess.run(["echo", marker], check=True, capture_output=True, text=True)
     store().set(f"test:output:{marker}", out.stdout.strip())
     store().sadd("test:done", marker)
+
+
+_LEAKED: list[bytes] = []
+
+
+@jobmaster.job(name="tests.leak")
+def leak(marker: str, megabytes: int, seconds: float = 0.0) -> None:
+    """Keeps ``megabytes`` for good (a leak), then records its run."""
+    _LEAKED.append(b"x" * (megabytes * 2**20))
+    time.sleep(seconds)
+    record.func(marker)
+
+
+@jobmaster.job(name="tests.bloat")
+def bloat(marker: str, megabytes: int, seconds: float) -> None:
+    """Holds ``megabytes`` while it runs for ``seconds``: a job too big for its child."""
+    block = b"x" * (megabytes * 2**20)
+    store().sadd("test:started", marker)
+    store().hincrby("test:attempts", marker, 1)
+    time.sleep(seconds)
+    assert block
+    record.func(marker)

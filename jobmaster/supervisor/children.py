@@ -30,6 +30,7 @@ class Child:
     stop_deadline: float | None = None  # monotonic: SIGKILL after this
     stop_reason: str = ""
     ready_at: float | None = None  # monotonic, once it reported ready
+    memory_cause: str | None = None  # set when recycled over its memory limit
 
     @property
     def expected_exit(self) -> bool:

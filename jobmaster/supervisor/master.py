@@ -24,6 +24,7 @@ from jobmaster.connection import byte_list, connect, wait_for_redis
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.keys import Keys
+from jobmaster.poison import crash_triage
 from jobmaster.proctitle import master_title, set_title
 from jobmaster.recovery import Recovery
 from jobmaster.scripts import Scripts
@@ -40,7 +41,13 @@ from jobmaster.supervisor.children import (
     Child,
     ChildTable,
 )
-from jobmaster.supervisor.poison import crash_triage
+from jobmaster.supervisor.memory import (
+    MB,
+    MemoryWatch,
+    auto_limit_mb,
+    container_limit_bytes,
+    measure_mb,
+)
 from jobmaster.supervisor.sdnotify import Notifier
 from jobmaster.supervisor.spawn import fork_child
 from jobmaster.worker.identity import Identity
@@ -67,7 +74,8 @@ class Master:
         self.wanted = config.processes
         self.backoff: dict[int, CrashBackoff] = {}
         self.respawn_at: dict[int, float] = {}
-        self.pending: list[tuple[str, str | None]] = []  # (identity, crash cause or None)
+        # Dead children's lists to requeue: (identity, crash cause or None, event).
+        self.pending: list[tuple[str, str | None, str]] = []
         self.signals = SignalQueue(MASTER_SIGNALS, wakeup=True)
         self.notifier = Notifier()
         self.quiet = False
@@ -79,6 +87,37 @@ class Master:
         self._next_control = 0.0
         self._next_heartbeat = 0.0
         self.started_at = time.time()
+        self.memory = self.memory_policy()
+        self.sizes: dict[int, float] = {}  # pid -> MB, from the last memory check
+        self._next_memory_check = 0.0
+
+    def memory_policy(self) -> MemoryWatch:
+        """The per-child limit (a number, or "auto" from the container) and the guard."""
+        config = self.config
+        container = container_limit_bytes(config.cgroup_root)
+        container_mb = container / MB if container else None
+        limit: float = 0.0
+        if config.max_child_mb == "auto":
+            if container is None:
+                log.warning("max_child_mb = auto, but no container memory limit found: off")
+            else:
+                master = int((measure_mb(os.getpid(), "rss") or 0) * MB)
+                limit = auto_limit_mb(container, master, config.processes)
+                log.info(
+                    "max_child_mb auto: %d MB per child (container %.0f MB, master %.0f MB, "
+                    "%d children, 10%% headroom)",
+                    limit,
+                    container / MB,
+                    master / MB,
+                    config.processes,
+                )
+        else:
+            limit = float(config.max_child_mb)
+        if container_mb:
+            log.info(
+                "container memory limit %.0f MB: recycling the largest child at 90%%", container_mb
+            )
+        return MemoryWatch(limit_mb=limit, container_mb=container_mb)
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> int:
@@ -101,6 +140,8 @@ class Master:
                 if self.embedded is not None:
                     self.embedded.ensure_running()
                 self.talk_to_redis()
+                if not self.stopping:
+                    self.check_memory()
                 self.stop_overdue()
                 if not self.stopping:
                     self.spawn_missing()
@@ -114,10 +155,14 @@ class Master:
             self.signals.restore()
 
     def wait(self) -> None:
-        timeout = 1.0
         self.prune_respawns()
+        now = time.monotonic()
+        waits = [1.0]  # at most a second: the loop's other duties are periodic
         if self.respawn_at and not self.stopping:
-            timeout = max(0.0, min(timeout, min(self.respawn_at.values()) - time.monotonic()))
+            waits.append(min(self.respawn_at.values()) - now)
+        if self.memory.limit_mb or self.memory.container_mb:
+            waits.append(self._next_memory_check - now)
+        timeout = max(0.0, min(waits))
         fds = [fd for fd in (self.signals.wakeup_fd,) if fd is not None]
         fds += [c.ready_fd for c in self.children if c.ready_fd is not None]
         try:
@@ -170,6 +215,7 @@ class Master:
             return
         for child in self.children.in_state(RUNNING, QUIET):
             child.state = RETIRING
+            child.stop_reason = "replaced (HUP)"
         log.info("rolling restart: replacing %d children", len(self.children.in_state(RETIRING)))
 
     def handle_sigttin(self) -> None:
@@ -197,7 +243,67 @@ class Master:
         ready = len(self.children.in_state(RUNNING, QUIET))
         excess = ready + len(retiring) - self.wanted
         for child in retiring[: max(0, excess)]:
-            self.stop_child(child, "replaced (HUP)")
+            self.stop_child(child, child.stop_reason)
+
+    def recycle(self, child: Child, reason: str, memory_cause: str | None = None) -> None:
+        """Replace a child gracefully: its replacement is forked in this same
+        loop pass (it no longer counts as serving), and it stops fetching now.
+
+        Over memory (``memory_cause``) it gets USR2: it finishes its jobs
+        within memory_grace, then stops; jobs it must push back then count a
+        crash, so a job that bloats every time ends in the dead set. A child
+        at max_jobs_per_child has quieted itself already and stops the same
+        way, without blame.
+        """
+        if child.state not in (STARTING, RUNNING, QUIET):
+            return
+        log.warning(
+            "child %d (pid %d) %s: recycling it (replacement first)", child.index, child.pid, reason
+        )
+        child.memory_cause = memory_cause
+        if memory_cause is not None:
+            self.stop_child(child, reason, signal.SIGUSR2, self.config.memory_grace)
+        else:
+            # It stops by itself once idle (or after memory_grace); TERM only
+            # if it outlives that.
+            child.state = STOPPING
+            child.stop_reason = reason
+            child.stop_deadline = time.monotonic() + self.config.memory_grace
+            child.stop_deadline += self.config.shutdown_timeout + STOP_MARGIN
+
+    def check_memory(self) -> None:
+        now = time.monotonic()
+        watch = self.memory
+        if now < self._next_memory_check or not (watch.limit_mb or watch.container_mb):
+            return
+        self._next_memory_check = now + self.config.memory_check_interval
+        metric = self.config.memory_metric
+        sizes = {}
+        for child in self.children.in_state(RUNNING, QUIET):
+            size = measure_mb(child.pid, metric)
+            if size is not None:
+                sizes[child.pid] = size
+                log.debug("child %d (pid %d): %.0f MB %s", child.index, child.pid, size, metric)
+        self.sizes = sizes
+        for pid, size in watch.over_limit(sizes):
+            child = self.children.by_pid[pid]
+            limit = f"{watch.limit_mb:.0f}"
+            self.recycle(
+                child,
+                f"uses {size:.0f} MB ({metric}), over max_child_mb {limit}",
+                memory_cause=f"over max_child_mb {limit} ({metric})",
+            )
+        leaving = self.children.in_state(RETIRING, STOPPING)
+        guarded = watch.guard(sizes)
+        if guarded is not None and not leaving:
+            pid, size = guarded
+            self.recycle(
+                self.children.by_pid[pid],
+                f"is the largest ({size:.0f} MB {metric}) while the children use "
+                f"{sum(sizes.values()):.0f} MB of the container's {watch.container_mb:.0f} MB "
+                "(container guard at 90%)",
+                memory_cause=f"container memory guard ({watch.container_mb:.0f} MB)",
+            )
 
     def handle_sigusr1(self) -> None:
         self.forward(signal.SIGUSR1)
@@ -219,13 +325,18 @@ class Master:
             child.stop_deadline = min(child.stop_deadline or deadline, deadline)
             self.kill(child, signal.SIGQUIT)
 
-    def stop_child(self, child: Child, reason: str) -> None:
+    def stop_child(
+        self, child: Child, reason: str, signum: int = signal.SIGTERM, grace: float = 0.0
+    ) -> None:
+        """Ask a child to go (TERM, or USR2 with ``grace`` for a memory recycle);
+        SIGKILL once ``grace + shutdown_timeout`` and a margin have passed."""
         if child.state == STOPPING:
             return
         child.state = STOPPING
         child.stop_reason = reason
-        child.stop_deadline = time.monotonic() + self.config.shutdown_timeout + STOP_MARGIN
-        self.kill(child, signal.SIGTERM)
+        timeout = grace + self.config.shutdown_timeout + STOP_MARGIN
+        child.stop_deadline = time.monotonic() + timeout
+        self.kill(child, signum)
 
     def stop_overdue(self) -> None:
         now = time.monotonic()
@@ -284,14 +395,18 @@ class Master:
         log.info("child %d started (pid %d)", index, forked.pid)
 
     def read_ready(self, child: Child) -> None:
+        """A child's pipe: ``R`` once it is up, ``M`` when it reached
+        max_jobs_per_child; end of file when it exits."""
         try:
-            data = os.read(child.ready_fd, 16) if child.ready_fd is not None else b""
+            data = os.read(child.ready_fd, 64) if child.ready_fd is not None else b""
         except BlockingIOError:
             return
-        if child.ready_fd is not None:
+        if not data and child.ready_fd is not None:
             os.close(child.ready_fd)
             child.ready_fd = None
-        if not data or child.state != STARTING:
+        if b"M" in data:
+            self.recycle(child, f"reached max_jobs_per_child ({self.config.max_jobs_per_child})")
+        if b"R" not in data or child.state != STARTING:
             return
         child.ready_at = time.monotonic()
         child.state = QUIET if self.quiet else RUNNING
@@ -332,7 +447,14 @@ class Master:
         # child) pushed its jobs back itself: replaced, but not a crash.
         crashed = unexpected and exits.exit_code(status) != exitcodes.OK
         cause = exits.cause(status)
-        self.pending.append((child.identity, cause if crashed else None))
+        if crashed:
+            self.pending.append((child.identity, cause, "died"))
+        elif child.memory_cause is not None and os.WIFSIGNALED(status):
+            # Killed by us after its grace: what it still ran bloated it.
+            event = "was recycled over its memory limit"
+            self.pending.append((child.identity, child.memory_cause, event))
+        else:
+            self.pending.append((child.identity, None, ""))
         requeued = self.requeue_pending()
         where, how = f"child {child.index} (pid {child.pid})", exits.describe(status)
         if crashed:
@@ -361,10 +483,11 @@ class Master:
         """Requeue the in-progress lists of dead children; returns a summary."""
         summary: list[str] = []
         while self.pending:
-            identity, cause = self.pending[0]
+            identity, cause, event = self.pending[0]
             triage = None
             if cause is not None:
-                triage = crash_triage(self.config.max_crashes, self.config.crash_queue, cause)
+                config = self.config
+                triage = crash_triage(config.max_crashes, config.crash_queue, cause, event)
             try:
                 report = self.recovery.requeue_all(identity, triage=triage)
                 self.redis.delete(self.keys.heartbeat(identity))

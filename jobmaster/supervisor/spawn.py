@@ -11,6 +11,7 @@ and when it dies the master can kill the subprocesses its jobs left behind.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -43,6 +44,10 @@ def fork_child(config: Config, index: int, close_in_child: Iterable[int] = ()) -
     nonce = secrets.token_hex(4)
     master_pid = os.getpid()
     read_fd, write_fd = os.pipe()
+    # Objects the master made (the preloaded app) move to a generation the
+    # garbage collector never scans: else a collection in a child writes to
+    # each of them and copies their pages, undoing what preload shares.
+    gc.freeze()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
     try:
         pid = os.fork()

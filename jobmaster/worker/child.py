@@ -17,16 +17,19 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import random
 import signal
 import sys
 import threading
+import time
 import traceback
 
 from jobmaster import exitcodes
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
+from jobmaster.poison import crash_triage
 from jobmaster.proctitle import child_title, set_title
-from jobmaster.signals import DUMP, QUIET, RESUME, STOP, STOP_NOW, SignalQueue
+from jobmaster.signals import DUMP, QUIET, RECYCLE, RESUME, STOP, STOP_NOW, SignalQueue
 from jobmaster.signals import name as signal_name
 from jobmaster.worker.identity import Identity
 from jobmaster.worker.process import WorkerProcess
@@ -45,14 +48,16 @@ def serve(
     ready_fd: int | None = None,
     embedded: EmbeddedRedis | None = None,
 ) -> int:
-    """Run one worker process until it is stopped; returns the exit code."""
+    """Run one worker process until it is stopped; returns the exit code.
+
+    ``ready_fd`` is this child's pipe to the master: ``R`` once it is up (HUP
+    and recycling wait for it), ``M`` when it reached max_jobs_per_child.
+    """
     worker = WorkerProcess(config, identity)
     worker.start()
-    steering = Steering(worker, config, master_pid, embedded)
+    steering = Steering(worker, config, master_pid, embedded, ready_fd)
     steering.title("")  # up: no longer "starting", before the master hears we are ready
-    if ready_fd is not None:
-        os.write(ready_fd, b"R")  # tells the master we are up (HUP waits for it)
-        os.close(ready_fd)
+    steering.tell_master(b"R")
     while (reason := steering.step(signals.get(timeout=TICK))) is None:
         pass
     interrupts = 1 if reason == "SIGINT" else 0
@@ -67,8 +72,22 @@ def serve(
 
     log.info("%s: graceful stop (shutdown_timeout %.0fs)", reason, config.shutdown_timeout)
     steering.title("stopping")
-    worker.stop(0 if reason in ("SIGQUIT",) else config.shutdown_timeout, stop_now)
+    triage = None
+    if reason == RECYCLED:
+        cause = f"max_child_mb {config.max_child_mb} ({config.memory_metric})"
+        event = "was recycled over its memory limit"
+        triage = crash_triage(config.max_crashes, config.crash_queue, cause, event)
+    timeout = 0 if reason in ("SIGQUIT",) else config.shutdown_timeout
+    worker.stop(timeout, stop_now, triage)
     return exitcodes.OK
+
+
+RECYCLED = "recycled over its memory limit"
+
+
+def jittered(limit: int) -> int:
+    """``limit`` +- 10 %, so children started together don't all recycle together."""
+    return max(1, round(limit * random.uniform(0.9, 1.1))) if limit else 0
 
 
 class Steering:
@@ -80,13 +99,44 @@ class Steering:
         config: Config,
         master_pid: int | None,
         embedded: EmbeddedRedis | None,
+        pipe_fd: int | None = None,
     ) -> None:
         self.worker = worker
         self.config = config
         self.master_pid = master_pid
         self.embedded = embedded
+        self.pipe_fd = pipe_fd
         self.index = worker.ctx.identity.index
         self._last_title = ""
+        # Only a child can be recycled after N jobs: a lone worker has nobody
+        # to start its replacement.
+        self.max_jobs = jittered(config.max_jobs_per_child) if pipe_fd is not None else 0
+        worker.manager.max_jobs = self.max_jobs
+        self.asked_for_replacement = False
+        # Set when this child is being recycled: finish running jobs (at most
+        # memory_grace), then stop for ``recycle_reason``.
+        self.recycle_deadline: float | None = None
+        self.recycle_reason = RECYCLED
+
+    def begin_recycle(self, reason: str) -> None:
+        """Stop fetching; stop once running jobs are done or memory_grace is up."""
+        grace = self.config.memory_grace
+        log.warning(
+            "%s: finishing %d running job(s) within memory_grace (%.0fs), then stopping",
+            reason,
+            self.worker.manager.busy,
+            grace,
+        )
+        self.recycle_reason = reason
+        self.recycle_deadline = time.monotonic() + grace
+        self.worker.manager.quiet()
+
+    def tell_master(self, message: bytes) -> None:
+        if self.pipe_fd is not None:
+            try:
+                os.write(self.pipe_fd, message)
+            except OSError as error:  # the master is gone: the ppid check notices
+                log.warning("could not tell the master %r: %s", message, error)
 
     def step(self, signum: int | None) -> str | None:
         """Handle what arrived; returns why to stop, or None to go on."""
@@ -100,12 +150,22 @@ class Steering:
             manager.resume()
         elif signum in DUMP:
             dump_threads()
+        elif signum in RECYCLE and self.recycle_deadline is None:
+            self.begin_recycle(RECYCLED)
         elif signum in STOP or signum in STOP_NOW:
             return signal_name(signum)
         elif command == "stop":
             return "remote stop"
         if self.master_pid is not None and os.getppid() != self.master_pid:
             return f"master (pid {self.master_pid}) is gone"
+        if self.max_jobs and not self.asked_for_replacement and manager.completed >= self.max_jobs:
+            self.asked_for_replacement = True
+            self.tell_master(b"M")  # the master forks our replacement at once
+            self.begin_recycle(f"reached max_jobs_per_child ({manager.completed} jobs)")
+        if self.recycle_deadline is not None and (
+            manager.busy == 0 or time.monotonic() >= self.recycle_deadline
+        ):
+            return self.recycle_reason
         self.title("quiet" if manager.quiet_now else "")
         return None
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import redis
 
 from jobmaster.connection import byte_list
-from jobmaster.recovery import RecoveryReport
+from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher, Unit
 from jobmaster.worker.processor import Processor
@@ -37,6 +37,10 @@ class Manager:
         self.fetching = threading.Event()
         self.fetching.set()
         self._running: dict[bytes, Unit] = {}
+        self.completed = 0  # jobs finished (any outcome), for max_jobs_per_child
+        # Stop fetching the moment this many jobs are done (0 = no limit):
+        # checked here, as each job ends, so a busy child doesn't overshoot.
+        self.max_jobs = 0
         self._idle = threading.Condition()
         self.processors = [Processor(i, self) for i in range(ctx.config.concurrency)]
         self.listener = WakeupListener(ctx, self.signal, self.fetcher.names)
@@ -49,7 +53,10 @@ class Manager:
     def finished(self, unit: Unit) -> None:
         with self._idle:
             self._running.pop(unit.raw, None)
+            self.completed += 1
             self._idle.notify_all()
+        if self.max_jobs and self.completed >= self.max_jobs and self.fetching.is_set():
+            self.quiet()
 
     @property
     def busy(self) -> int:
@@ -98,8 +105,9 @@ class Manager:
                 self._idle.wait(min(left, 0.1))
             return not self._running
 
-    def halt(self) -> RecoveryReport:
-        """End the processors and push back everything left in our in-progress list."""
+    def halt(self, triage: Triage | None = None) -> RecoveryReport:
+        """End the processors and push back everything left in our in-progress list
+        (through ``triage``, when the pushed-back jobs are to blame)."""
         self.quiet()
         running = self.running()
         if running:
@@ -115,7 +123,9 @@ class Manager:
         while True:
             try:
                 entries = byte_list(self.ctx.redis.lrange(self.ctx.inprogress_key, 0, -1))
-                return self.ctx.recovery.requeue(self.ctx.inprogress_key, entries, queues=queues)
+                return self.ctx.recovery.requeue(
+                    self.ctx.inprogress_key, entries, queues=queues, triage=triage
+                )
             except redis.RedisError as error:
                 if time.monotonic() > deadline:
                     log.error(

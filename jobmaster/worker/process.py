@@ -9,6 +9,7 @@ list always has a registered owner that orphan recovery can find.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -18,7 +19,8 @@ import redis
 
 from jobmaster.config import Config
 from jobmaster.connection import wait_for_redis
-from jobmaster.recovery import RecoveryReport
+from jobmaster.procmem import measure_mb
+from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
 from jobmaster.worker.identity import Identity
@@ -40,7 +42,15 @@ class WorkerProcess:
         self.selfcheck = SelfCheck(self.ctx, self.manager, self.background_stop)
 
     def info(self) -> dict[str, str | int | float]:
-        return {"busy": self.manager.busy, "quiet": int(self.manager.quiet_now)}
+        """Heartbeat fields: what ``jobmaster ps`` shows of this process."""
+        metric = self.ctx.config.memory_metric
+        return {
+            "busy": self.manager.busy,
+            "quiet": int(self.manager.quiet_now),
+            "completed": self.manager.completed,
+            "memory_mb": round(measure_mb(os.getpid(), metric) or 0.0, 1),
+            "memory_metric": metric,
+        }
 
     def start(self) -> None:
         wait_for_redis(self.ctx.redis, self.ctx.config.redis_url_masked)
@@ -58,13 +68,16 @@ class WorkerProcess:
         )
 
     def stop(
-        self, timeout: float, interrupted: Callable[[], bool] = lambda: False
+        self,
+        timeout: float,
+        interrupted: Callable[[], bool] = lambda: False,
+        triage: Triage | None = None,
     ) -> RecoveryReport:
         """Graceful stop: quiet, let jobs run up to ``timeout``, push back the rest."""
         self.manager.quiet()
         log.info("stopping: waiting up to %.0fs for %d job(s)", timeout, self.manager.busy)
         self.manager.wait_idle(time.monotonic() + timeout, interrupted)
-        report = self.manager.halt()
+        report = self.manager.halt(triage)
         self.background_stop.set()
         try:
             self.heartbeat.clear()

@@ -244,7 +244,7 @@ def test_ttin_adds_a_child_and_ttou_removes_one(
     working_children(store, master, 2)
     master.signal(signal.SIGTTOU)
     working_children(store, master, 1)
-    assert "stopped (pool shrunk (TTOU))" in master.log()
+    wait_until(lambda: "stopped (pool shrunk (TTOU))" in master.log(), timeout=10)
     master.signal(signal.SIGTERM)
     assert master.wait(timeout=15) == 0
 

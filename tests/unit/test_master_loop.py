@@ -134,7 +134,7 @@ class Harness:
 
     def ready(self, child: Child) -> None:
         """The child writes its byte, the master's select finds it readable."""
-        os.write(self.write_ends[child.pid], b"1")
+        os.write(self.write_ends[child.pid], b"R")
         self.master.read_ready(child)
 
     def start_all(self) -> list[Child]:
@@ -213,7 +213,7 @@ def test_ready_child_runs_and_ready_is_announced_once_all_are_up(harness: Harnes
     harness.ready(first)
     harness.ready(second)
     assert (first.state, second.state, third.state) == (RUNNING, RUNNING, STARTING)
-    assert first.ready_fd is None  # read once, closed
+    assert first.ready_fd is not None  # kept open: "M" (max jobs) comes the same way
     assert harness.notifier.sent == []
     harness.ready(third)
     assert harness.notifier.sent == ["READY=1\nSTATUS=3/3 children"]
@@ -422,7 +422,7 @@ def test_redis_error_keeps_the_dead_childs_list_pending_until_it_works(harness: 
     harness.recovery.failures_to_come = 1
     harness.die(child, killed_by(signal.SIGKILL))
     assert harness.recovery.requeued == []
-    assert harness.master.pending == [(child.identity, "SIGKILL")]
+    assert harness.master.pending == [(child.identity, "SIGKILL", "died")]
     assert harness.recovery.forgotten == []
 
     assert harness.master.requeue_pending() == "1 job(s)"
@@ -435,10 +435,10 @@ def test_redis_error_keeps_the_dead_childs_list_pending_until_it_works(harness: 
 
 
 def test_requeue_pending_keeps_order_and_stops_at_the_first_error(harness: Harness) -> None:
-    harness.master.pending = [("a", None), ("b", "SIGKILL")]
+    harness.master.pending = [("a", None, ""), ("b", "SIGKILL", "died")]
     harness.recovery.failures_to_come = 1
     assert harness.master.requeue_pending() == "nothing yet (Redis unavailable; retrying)"
-    assert harness.master.pending == [("a", None), ("b", "SIGKILL")]
+    assert harness.master.pending == [("a", None, ""), ("b", "SIGKILL", "died")]
     assert harness.master.requeue_pending() == "1 job(s), 1 job(s)"
     assert [identity for identity, _ in harness.recovery.requeued] == ["a", "b"]
     assert harness.recovery.requeued[0][1] is None
@@ -674,3 +674,72 @@ def test_quiet_while_stopping_sends_nothing(harness: Harness) -> None:
     harness.kills.clear()
     harness.master.set_quiet(True)
     assert harness.kills == []
+
+
+# -- the memory killer ---------------------------------------------------------
+def sizes_for(monkeypatch: pytest.MonkeyPatch, sizes: dict[int, float]) -> None:
+    monkeypatch.setattr(master_module, "measure_mb", lambda pid, metric: sizes.get(pid))
+
+
+def check_memory_now(harness: Harness) -> None:
+    harness.master._next_memory_check = 0.0
+    harness.master.check_memory()
+
+
+def test_a_child_over_its_limit_three_times_is_recycled_replacement_first(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.master.config.memory_grace = 30.0
+    harness.master.memory.limit_mb = 150
+    children = harness.start_all()
+    big = children[0]
+    sizes_for(monkeypatch, {c.pid: 50.0 for c in children} | {big.pid: 200.0})
+    for _ in range(2):
+        check_memory_now(harness)
+    assert big.state == RUNNING
+    check_memory_now(harness)
+    assert big.state == STOPPING and big.memory_cause == "over max_child_mb 150 (uss)"
+    assert harness.signals_to(big) == [signal.SIGUSR2]  # finish jobs, then stop
+    assert big.stop_deadline is not None
+    assert big.stop_deadline - time.monotonic() > 30.0 + 10.0  # grace + shutdown_timeout
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks].count(big.index) == 2  # replaced at once
+
+
+def test_a_recycled_child_killed_after_its_grace_blames_its_jobs(harness: Harness) -> None:
+    harness.master.memory.limit_mb = 150
+    [child, *_] = harness.start_all()
+    harness.master.recycle(child, "uses 200 MB", memory_cause="over max_child_mb 150 (uss)")
+    harness.die(child, killed_by(signal.SIGKILL))
+    [(identity, triage)] = harness.recovery.requeued
+    assert identity == child.identity and triage is not None
+    _, reason = triage({"jid": "j", "crash_count": 2, "queue": "default"})
+    assert reason == (
+        "the worker process was recycled over its memory limit while running this job "
+        "3 times: over max_child_mb 150 (uss)"
+    )
+
+
+def test_a_child_at_max_jobs_is_recycled_without_blame(harness: Harness) -> None:
+    harness.master.config.max_jobs_per_child = 10
+    [child, *_] = harness.start_all()
+    os.write(harness.write_ends[child.pid], b"M")
+    harness.master.read_ready(child)
+    assert child.state == STOPPING and child.memory_cause is None
+    assert harness.signals_to(child) == []  # it quieted itself and stops once idle
+    harness.die(child, exited_with(0))
+    [(_, triage)] = harness.recovery.requeued
+    assert triage is None
+
+
+def test_the_container_guard_recycles_the_largest_once_at_a_time(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.master.memory.container_mb = 1000
+    children = harness.start_all()
+    sizes_for(monkeypatch, {children[0].pid: 300.0, children[1].pid: 350.0, children[2].pid: 260.0})
+    check_memory_now(harness)
+    assert children[1].state == STOPPING
+    assert harness.signals_to(children[1]) == [signal.SIGUSR2]
+    check_memory_now(harness)  # still over, but one child is already leaving
+    assert [c.state for c in (children[0], children[2])] == [RUNNING, RUNNING]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobmaster.supervisor.poison import crash_triage
+from jobmaster.poison import crash_triage
 
 
 def job(queue: str = "default", **extra: Any) -> dict[str, Any]:

@@ -13,8 +13,13 @@ from typing import Any
 from jobmaster.recovery import Triage
 
 
-def crash_triage(max_crashes: int, crash_queue: str, cause: str) -> Triage:
-    """A triage for ``Recovery.requeue`` of a child that died of ``cause``."""
+def crash_triage(max_crashes: int, crash_queue: str, cause: str, event: str = "died") -> Triage:
+    """A triage for ``Recovery.requeue`` of a worker process that ``event`` of ``cause``.
+
+    ``event`` is "died", or "was recycled over its memory limit" for a child
+    stopped by the memory killer while the job still ran: a job that bloats
+    its worker every time ends in the dead set too, instead of cycling.
+    """
 
     def triage(payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         count = int(payload.get("crash_count", 0) or 0) + 1
@@ -27,6 +32,6 @@ def crash_triage(max_crashes: int, crash_queue: str, cause: str) -> Triage:
             payload["crash_count"] = 0  # a fresh set of tries where it has room to run
             return payload, None
         times = "once" if count == 1 else f"{count} times"
-        return payload, f"the worker process died while running this job {times}: {cause}"
+        return payload, f"the worker process {event} while running this job {times}: {cause}"
 
     return triage

@@ -1,0 +1,170 @@
+"""The memory killer and child recycling, with real processes and jobs that leak."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from jobmaster.client import Client
+from jobmaster.keys import Keys
+from tests.helpers import wait_until
+from tests.process.conftest import JobmasterProcess
+from tests.process.test_master import working_children
+
+pytestmark = pytest.mark.process
+K = Keys()
+Run = Callable[..., JobmasterProcess]
+Write = Callable[..., Path]
+FAST = {"memory_check_interval": 0.2, "memory_grace": 5}
+
+
+def exactly_once(store: redis.Redis, markers: list[str]) -> None:
+    counts = {k.decode(): int(v) for k, v in store.hgetall("test:runs").items()}
+    assert {m: counts.get(m, 0) for m in markers} == dict.fromkeys(markers, 1)
+    assert store.zcard(K.dead) == 0 and store.zcard(K.retry) == 0
+    assert store.get(K.stat("failed")) is None
+
+
+def test_a_leaking_child_is_recycled_and_every_job_runs_once(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster(
+        "-c", str(write_config(processes=1, concurrency=1, max_child_mb=150, **FAST))
+    )
+    working_children(store, master, 1)
+    markers = [f"leak{n}" for n in range(16)]
+    Client(redis_url).push_bulk({"job": "tests.leak", "args": [[m, 25, 0.3] for m in markers]})
+    wait_until(lambda: store.scard("test:done") == 16, timeout=90, message="16 jobs done")
+    exactly_once(store, markers)
+    log = master.log()
+    assert "over max_child_mb 150: recycling it (replacement first)" in log
+    assert "died" not in log  # a recycle is not a crash
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0
+
+
+@pytest.mark.parametrize(("metric", "recycled"), [("uss", False), ("rss", True)])
+def test_preloaded_shared_memory_counts_only_with_rss(
+    metric: str, recycled: bool, run_jobmaster: Run, write_config: Write, store: redis.Redis
+) -> None:
+    config = write_config(
+        processes=2,
+        app=["tests.jobs", "tests.bigapp"],
+        max_child_mb=200,
+        memory_metric=metric,
+        log_level="debug",
+        **FAST,
+    )
+    master = run_jobmaster("-c", str(config))
+    working_children(store, master, 2)
+    if recycled:
+        wait_until(
+            lambda: f"({metric}), over max_child_mb 200: recycling" in master.log(),
+            timeout=30,
+            message="RSS counts the 400 MB shared with the master",
+        )
+    else:
+        # Ten samples of each child, all under the limit: USS sees only its own pages.
+        wait_until(lambda: master.log().count(f"MB {metric}") >= 20, timeout=30)
+        assert "recycling" not in master.log()
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0
+
+
+def test_auto_limit_comes_from_the_container(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, tmp_path: Path
+) -> None:
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text(f"{2 * 2**30}\n")
+    master = run_jobmaster(
+        "-c", str(write_config(processes=2, max_child_mb="auto", cgroup_root=str(cgroup)))
+    )
+    working_children(store, master, 2)
+    log = master.log()
+    assert "max_child_mb auto: " in log and "MB per child (container 2048 MB" in log
+    limit = int(log.split("max_child_mb auto: ", 1)[1].split(" MB", 1)[0])
+    assert 800 < limit < 0.9 * 1024  # (2048 - master) / 2 x 0.9
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0
+
+
+def test_the_container_guard_recycles_the_largest_child(
+    run_jobmaster: Run,
+    write_config: Write,
+    store: redis.Redis,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text(f"{400 * 2**20}\n")
+    master = run_jobmaster(
+        "-c", str(write_config(processes=2, concurrency=1, cgroup_root=str(cgroup), **FAST))
+    )
+    working_children(store, master, 2)
+    markers = [f"guard{n}" for n in range(12)]
+    Client(redis_url).push_bulk({"job": "tests.leak", "args": [[m, 30, 0.3] for m in markers]})
+    wait_until(lambda: store.scard("test:done") == 12, timeout=90)
+    exactly_once(store, markers)
+    wait_until(lambda: "(container guard at 90%): recycling it" in master.log(), timeout=10)
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0
+
+
+def test_max_jobs_per_child_recycles_through_the_same_path(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster("-c", str(write_config(processes=1, max_jobs_per_child=10)))
+    first = working_children(store, master, 1)
+    markers = [f"n{n}" for n in range(45)]
+    Client(redis_url).push_bulk({"job": "tests.record", "args": [[m, 0.05] for m in markers]})
+    wait_until(lambda: store.scard("test:done") == 45, timeout=60)
+    exactly_once(store, markers)
+    log = master.log()
+    assert log.count(": recycling it (replacement first)") >= 3
+    # Each child stops fetching at its limit (10 +- 10 %): never far beyond it.
+    for line in log.splitlines():
+        if "reached max_jobs_per_child (" in line and "jobs): finishing" in line:
+            done = int(line.split("reached max_jobs_per_child (", 1)[1].split(" ", 1)[0])
+            # 9 to 11, plus at most the other jobs already running (concurrency 3)
+            assert 9 <= done <= 11 + 2, line
+    assert working_children(store, master, 1) != first
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0
+
+
+def test_a_job_that_bloats_every_time_ends_in_the_dead_set(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster(
+        "-c",
+        str(
+            write_config(
+                processes=1,
+                max_child_mb=150,
+                memory_check_interval=0.2,
+                memory_grace=1,
+                shutdown_timeout=1,
+                max_crashes=2,
+            )
+        ),
+    )
+    working_children(store, master, 1)
+    jid = Client(redis_url).push({"job": "tests.bloat", "args": ["fat", 250, 60]})
+    wait_until(lambda: store.zcard(K.dead) == 1, timeout=60, message="the bloating job dead")
+    [entry] = [json.loads(raw) for raw in store.zrange(K.dead, 0, -1)]
+    assert entry["jid"] == jid
+    assert entry["dead_reason"] == (
+        "the worker process was recycled over its memory limit while running this job "
+        "2 times: max_child_mb 150 (uss)"
+    )
+    assert int(store.hget("test:attempts", "fat") or 0) == 2
+    assert store.llen(K.queue("default")) == 0
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0
