@@ -12,7 +12,7 @@ The producer API::
 
 from __future__ import annotations
 
-from jobmaster.client import Client, configure
+from jobmaster.client import Client, attempts, configure, status
 from jobmaster.errors import ConfigError, EnqueueError, JobmasterError, Permanent
 from jobmaster.job import JobFunction, job
 
@@ -23,7 +23,9 @@ __all__ = [
     "JobFunction",
     "JobmasterError",
     "Permanent",
+    "attempts",
     "configure",
     "job",
+    "status",
 ]
 __version__ = "0.1.0"

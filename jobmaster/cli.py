@@ -231,3 +231,101 @@ def enqueue(
         item["at"] = time.time() + delay
     jid = client.push(item)
     click.echo(json.dumps({"jid": jid}) if as_json else jid)
+
+
+# -- jobmaster periodic ----------------------------------------------------------
+@main.group()
+def periodic() -> None:
+    """The [periodic.NAME] entries: list them, enable or disable one on every master."""
+
+
+def periodic_source(config_file: str | None, redis_url: str | None) -> Any:
+    """The config's own entries with -c FILE; else the ones the last master registered."""
+    config = load(config_file, {"redis_url": redis_url})
+    if config_file is not None:
+        return config
+    return Client(config.redis_url, namespace=config.namespace, data_dir=config.data_dir)
+
+
+@periodic.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+@config_options
+@reports_errors
+def periodic_list(
+    as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
+) -> None:
+    """Each entry with its schedule, whether it is enabled, its last and next run."""
+    from jobmaster.periodic import list_periodic, when
+
+    rows = list_periodic(periodic_source(config_file, redis_url))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no periodic entries")
+        return
+    for row in rows:
+        state = "enabled" if row["enabled"] else "disabled"
+        if row["override"] is not None:
+            state += " (at run time)"
+        last = when(row["last_run"]) if row["last_run"] is not None else "never"
+        upcoming = when(row["next_run"]) if row["next_run"] is not None else "-"
+        click.echo(
+            f"{row['name']}: {row['job']} on {row['queue']}, {row['schedule']}, {state}; "
+            f"last {last}, next {upcoming}"
+        )
+
+
+@periodic.command("enable")
+@click.argument("name")
+@config_options
+@reports_errors
+def periodic_enable(name: str, config_file: str | None, redis_url: str | None, debug: bool) -> None:
+    """Enable NAME on every master, whatever the config says."""
+    from jobmaster.periodic import enable
+
+    enable(name, periodic_source(config_file, redis_url))
+    click.echo(f"{name}: enabled")
+
+
+@periodic.command("disable")
+@click.argument("name")
+@config_options
+@reports_errors
+def periodic_disable(
+    name: str, config_file: str | None, redis_url: str | None, debug: bool
+) -> None:
+    """Disable NAME on every master until `jobmaster periodic enable NAME`."""
+    from jobmaster.periodic import disable
+
+    disable(name, periodic_source(config_file, redis_url))
+    click.echo(f"{name}: disabled")
+
+
+@main.command(name="status")
+@click.argument("jid")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@config_options
+@reports_errors
+def status_command(
+    jid: str, as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
+) -> None:
+    """Show a job's status and its attempts (kept status_ttl seconds)."""
+    config = load(config_file, {"redis_url": redis_url})
+    client = Client(config.redis_url, namespace=config.namespace, data_dir=config.data_dir)
+    state, tries = client.status(jid), client.attempts(jid)
+    if as_json:
+        click.echo(json.dumps({"jid": jid, "status": state, "attempts": tries}))
+        return
+    click.echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
+    for number, attempt in enumerate(tries, 1):
+        took = float(attempt.get("ended_at") or 0) - float(attempt.get("started_at") or 0)
+        error = (
+            f" {attempt['error_class']}: {attempt['error_message']}"
+            if attempt.get("error_class")
+            else ""
+        )
+        click.echo(
+            f"  attempt {number}: {attempt.get('outcome')} in {took * 1000:.0f} ms "
+            f"on {attempt.get('worker')}{error}"
+        )

@@ -8,6 +8,7 @@ supervisor side.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from jobmaster.keys import Keys
 from jobmaster.scripts import Scripts
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_STATUS_TTL = 86400.0
 BULK_CHUNK = 1000  # payloads per PUSH call: one round trip per chunk
 PUSH_FIELDS = {"job", "args", "kwargs", "queue", "retry", "at"}
 
@@ -43,10 +45,12 @@ class Client:
         namespace: str = "jobmaster",
         data_dir: str | Path = ".jobmaster",
         connection: redis.Redis | None = None,
+        status_ttl: float = DEFAULT_STATUS_TTL,
     ) -> None:
         self.redis = connection or connect(redis_url or url_from_environment(), data_dir=data_dir)
         self.keys = Keys(namespace)
         self.scripts = Scripts(self.redis)
+        self.status_ttl = round(status_ttl)  # 0: status tracking off
 
     # -- dict API, for producers that don't import the job ---------------
     def push(self, item: Mapping[str, Any]) -> str:
@@ -107,37 +111,56 @@ class Client:
 
     def _push_now(self, payloads: list[dict[str, Any]]) -> None:
         now = time.time()
-        by_queue: dict[str, list[bytes]] = {}
+        by_queue: dict[str, list[dict[str, Any]]] = {}
         for payload in payloads:
             payload["enqueued_at"] = now
-            by_queue.setdefault(str(payload["queue"]), []).append(wire.encode(payload))
+            by_queue.setdefault(str(payload["queue"]), []).append(payload)
         calls = [
-            (queue, encoded[start : start + BULK_CHUNK])
-            for queue, encoded in by_queue.items()
-            for start in range(0, len(encoded), BULK_CHUNK)
+            (queue, batch[start : start + BULK_CHUNK])
+            for queue, batch in by_queue.items()
+            for start in range(0, len(batch), BULK_CHUNK)
         ]
         if len(calls) == 1:
             queue, chunk = calls[0]
-            self.scripts.push(keys=self._push_keys(queue), args=self._push_args(queue, chunk))
+            self.scripts.push(
+                keys=self._push_keys(queue, chunk), args=self._push_args(queue, chunk)
+            )
             return
         pipe = self.redis.pipeline(transaction=False)
         for queue, chunk in calls:
             self.scripts.push(
-                keys=self._push_keys(queue), args=self._push_args(queue, chunk), client=pipe
+                keys=self._push_keys(queue, chunk), args=self._push_args(queue, chunk), client=pipe
             )
         pipe.execute()
 
-    def _push_keys(self, queue: str) -> list[str]:
-        return [self.keys.queue(queue), self.keys.queues]
+    def _push_keys(self, queue: str, chunk: list[dict[str, Any]]) -> list[str]:
+        status = [self.keys.status(str(p["jid"])) for p in chunk] if self.status_ttl else []
+        return [self.keys.queue(queue), self.keys.queues, *status]
 
-    def _push_args(self, queue: str, chunk: list[bytes]) -> list[Any]:
-        return [queue, self.keys.wakeup_channel(queue), *chunk]
+    def _push_args(self, queue: str, chunk: list[dict[str, Any]]) -> list[Any]:
+        channel = self.keys.wakeup_channel(queue)
+        return [queue, channel, self.status_ttl, *(wire.encode(p) for p in chunk)]
 
     def _schedule(self, payloads: list[dict[str, Any]], at: float) -> None:
-        mapping = {wire.encode(p): at for p in payloads}
+        pipe = self.redis.pipeline(transaction=True)  # never a status without its job
         for start in range(0, len(payloads), BULK_CHUNK):
-            chunk = dict(list(mapping.items())[start : start + BULK_CHUNK])
-            self.redis.zadd(self.keys.scheduled, chunk)
+            chunk = payloads[start : start + BULK_CHUNK]
+            pipe.zadd(self.keys.scheduled, {wire.encode(p): at for p in chunk})
+            if self.status_ttl:
+                for payload in chunk:
+                    pipe.set(self.keys.status(str(payload["jid"])), "scheduled", ex=self.status_ttl)
+        pipe.execute()
+
+    # -- what became of a job ---------------------------------------------
+    def status(self, jid: str) -> str | None:
+        """queued, scheduled, working, retrying, complete, failed, dead; None if
+        unknown or expired (kept status_ttl seconds after its last change)."""
+        value = self.redis.get(self.keys.status(jid))
+        return value.decode() if isinstance(value, bytes) else value
+
+    def attempts(self, jid: str) -> list[dict[str, Any]]:
+        """Each attempt: started_at, ended_at, outcome, error class and message, worker."""
+        return [json.loads(raw) for raw in self.redis.lrange(self.keys.attempts(jid), 0, -1)]
 
 
 # -- the default client used by the job API ------------------------------
@@ -159,6 +182,7 @@ def configure(
     """
     global _default
     data_dir: str | Path = ".jobmaster"
+    status_ttl = DEFAULT_STATUS_TTL
     if config is not None:
         from jobmaster.config import load_config  # config pulls in the whole settings table
 
@@ -166,10 +190,24 @@ def configure(
         redis_url = redis_url or loaded.redis_url
         namespace = namespace or loaded.namespace
         data_dir = loaded.data_dir
-    client = Client(redis_url, namespace=namespace or "jobmaster", data_dir=data_dir)
+        status_ttl = loaded.status_ttl if loaded.track_status else 0.0
+    client = Client(
+        redis_url, namespace=namespace or "jobmaster", data_dir=data_dir, status_ttl=status_ttl
+    )
     with _default_lock:
         _default = client
     return client
+
+
+def status(jid: str) -> str | None:
+    """The job's status through the default client: queued, scheduled, working,
+    retrying, complete, failed, dead; None if unknown or expired."""
+    return default_client().status(jid)
+
+
+def attempts(jid: str) -> list[dict[str, Any]]:
+    """The job's attempts through the default client, oldest first."""
+    return default_client().attempts(jid)
 
 
 def default_client() -> Client:

@@ -12,6 +12,7 @@ import copy
 import difflib
 import os
 import sys
+import zoneinfo
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from croniter import croniter
 
 from jobmaster.cpus import usable_cpus
 from jobmaster.errors import ConfigError
+from jobmaster.payload import check_json
 from jobmaster.settings import SETTINGS, Parser, boolean, mask_url, number, queue_name
 
 if sys.version_info >= (3, 11):
@@ -45,8 +47,10 @@ class PeriodicEntry:
     every: float | None = None
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
-    queue: str | None = None
+    queue: str = "default"
     enabled: bool = True
+    catch_up: bool = False  # enqueue the slots missed while no master ran
+    timezone: str = "UTC"  # IANA name the cron expression is read in
 
 
 @dataclass
@@ -66,6 +70,9 @@ class Config:
     memory_metric: str = field(default_factory=_default("memory_metric"))
     memory_check_interval: float = field(default_factory=_default("memory_check_interval"))
     memory_grace: float = field(default_factory=_default("memory_grace"))
+    track_status: bool = field(default_factory=_default("track_status"))
+    status_ttl: float = field(default_factory=_default("status_ttl"))
+    timeout_grace: float = field(default_factory=_default("timeout_grace"))
     cgroup_root: str = field(default_factory=_default("cgroup_root"))
     max_crashes: int = field(default_factory=_default("max_crashes"))
     crash_queue: str = field(default_factory=_default("crash_queue"))
@@ -196,7 +203,17 @@ def _cli_values(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 # --- [periodic.NAME] -------------------------------------------------------------
 
-_PERIODIC_KEYS = ("job", "cron", "every", "args", "kwargs", "queue", "enabled")
+_PERIODIC_KEYS = (
+    "job",
+    "cron",
+    "every",
+    "args",
+    "kwargs",
+    "queue",
+    "enabled",
+    "catch_up",
+    "timezone",
+)
 
 
 def _periodic(tables: object, label: str) -> dict[str, PeriodicEntry]:
@@ -225,8 +242,10 @@ def _periodic_entry(name: str, table: Mapping[str, Any]) -> PeriodicEntry:
     cron = table.get("cron")
     if cron is not None and not _valid_cron(cron):
         raise ValueError(f"'cron' must be a cron expression of 5 or 6 fields, got {cron!r}")
-    args = _field(table, "args", _of_type(list, "a list"), [])
-    kwargs = _field(table, "kwargs", _of_type(dict, "a table"), {})
+    if "timezone" in table and cron is None:
+        raise ValueError("'timezone' applies to 'cron' only ('every' slots follow the unix epoch)")
+    args = _field(table, "args", _json_of(list, "a list"), [])
+    kwargs = _field(table, "kwargs", _json_of(dict, "a table"), {})
     return PeriodicEntry(
         name=name,
         job=job,
@@ -234,8 +253,10 @@ def _periodic_entry(name: str, table: Mapping[str, Any]) -> PeriodicEntry:
         every=_field(table, "every", number(0, exclusive=True), None),
         args=args,
         kwargs=kwargs,
-        queue=_field(table, "queue", _periodic_queue, None),
+        queue=_field(table, "queue", _periodic_queue, "default"),
         enabled=_field(table, "enabled", boolean, True),
+        catch_up=_field(table, "catch_up", boolean, False),
+        timezone=_field(table, "timezone", _timezone, "UTC"),
     )
 
 
@@ -248,13 +269,29 @@ def _field(table: Mapping[str, Any], key: str, parse: Parser, default: Any) -> A
         raise ValueError(f"{key!r} {exc}") from None
 
 
-def _of_type(kind: type, what: str) -> Parser:
+def _json_of(kind: type, what: str) -> Parser:
+    # TOML has dates and times, which a payload cannot carry: refuse them here
+    # rather than at the first tick, in the master's loop.
     def parse(value: object) -> object:
         if not isinstance(value, kind):
             raise ValueError(f"must be {what}, got {value!r}")
+        try:
+            check_json(value, "value")
+        except TypeError as exc:
+            raise ValueError(f"must hold JSON values only: {exc}") from None
         return value
 
     return parse
+
+
+def _timezone(value: object) -> str:
+    if isinstance(value, str) and value:
+        try:
+            zoneinfo.ZoneInfo(value)
+            return value
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "Europe"
+            pass
+    raise ValueError(f"must be an IANA time zone name such as 'Europe/Paris', got {value!r}")
 
 
 def _periodic_queue(value: object) -> str:

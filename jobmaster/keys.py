@@ -76,6 +76,21 @@ class Keys:
         """Sorted set of payloads that will not run again, scored by death time."""
         return f"{self.prefix}dead"
 
+    # -- per job ----------------------------------------------------------
+    def status(self, jid: str) -> str:
+        """A job's status (queued, scheduled, working, retrying, complete, failed,
+        dead), kept status_ttl seconds after its last change."""
+        return f"{self.prefix}status:{jid}"
+
+    @property
+    def status_prefix(self) -> str:
+        """What FETCH prepends to a jid it reads from a payload (same hash tag)."""
+        return f"{self.prefix}status:"
+
+    def attempts(self, jid: str) -> str:
+        """List of a job's attempts (JSON), expiring with its status."""
+        return f"{self.prefix}attempts:{jid}"
+
     # -- counters -------------------------------------------------------
     def stat(self, name: str) -> str:
         """Total counter, e.g. ``stat:processed``."""
@@ -84,3 +99,25 @@ class Keys:
     def stat_day(self, name: str, day: datetime.date) -> str:
         """Per-day counter (UTC day), e.g. ``stat:processed:2026-11-29``."""
         return f"{self.prefix}stat:{name}:{day.isoformat()}"
+
+    # -- periodic jobs --------------------------------------------------
+    @property
+    def periodic_last(self) -> str:
+        """Hash of periodic entry name -> the last slot (unix time) enqueued for it."""
+        return f"{self.prefix}periodic:last"
+
+    @property
+    def periodic_state(self) -> str:
+        """Hash of periodic entry name -> "enabled" | "disabled", set at run time.
+
+        It wins over ``enabled`` in the config, on every master.
+        """
+        return f"{self.prefix}periodic:state"
+
+    @property
+    def periodic_entries(self) -> str:
+        """Hash of periodic entry name -> its definition (JSON), as the last master started.
+
+        Lets ``jobmaster periodic list`` work from a Redis URL alone.
+        """
+        return f"{self.prefix}periodic:entries"

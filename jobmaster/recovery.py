@@ -43,12 +43,54 @@ class Recovery:
     """Requeues (or buries) the entries of in-progress lists."""
 
     def __init__(
-        self, client: redis.Redis, keys: Keys, scripts: Scripts, limits: DeadSetLimits
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        scripts: Scripts,
+        limits: DeadSetLimits,
+        status_ttl: int = 0,
     ) -> None:
         self.redis = client
         self.keys = keys
         self.scripts = scripts
         self.limits = limits
+        self.status_ttl = status_ttl  # 0: status tracking off
+
+    def transfer(
+        self,
+        source: str,
+        kind: str,
+        raw: bytes,
+        entry: dict[str, Any],
+        target: str,
+        where: str,
+        *,
+        score: float = 0.0,
+        queue: str = "",
+        status: str = "",
+    ) -> bool:
+        """One TRANSFER (see scripts.py): ``raw`` out of ``source``, ``entry`` into
+        ``target`` (a queue's 'front' or 'back', or a 'zset'), only if still there."""
+        dead = where == "zset"
+        channel = self.keys.wakeup_channel(queue) if queue else ""
+        status = status if self.status_ttl else ""
+        moved = self.scripts.transfer(
+            keys=[source, target, self.keys.queues, self.keys.status(str(entry.get("jid")))],
+            args=[
+                kind,
+                raw,
+                wire.encode(entry),
+                where,
+                score,
+                queue,
+                channel,
+                self.limits.max_jobs if dead else 0,
+                self.limits.cutoff(score) if dead else "-inf",
+                status,
+                self.status_ttl or 1,
+            ],
+        )
+        return bool(moved)
 
     def requeue(
         self,
@@ -80,19 +122,15 @@ class Recovery:
                 payload.update(dead_reason=reason, died_at=time.time())
                 self._bury(list_key, raw, payload, report)
                 continue
-            moved = self.scripts.transfer(
-                keys=[list_key, self.keys.queue(queue), self.keys.queues],
-                args=[
-                    "list",
-                    raw,
-                    wire.encode(payload),
-                    "front",
-                    0,
-                    queue,
-                    self.keys.wakeup_channel(queue),
-                    0,
-                    "-inf",
-                ],
+            moved = self.transfer(
+                list_key,
+                "list",
+                raw,
+                payload,
+                self.keys.queue(queue),
+                "front",
+                queue=queue,
+                status="queued",
             )
             if moved:
                 report.requeued.append(str(payload["jid"]))
@@ -115,20 +153,8 @@ class Recovery:
         report: RecoveryReport,
         kind: str = "list",
     ) -> None:
-        now = time.time()
-        moved = self.scripts.transfer(
-            keys=[source, self.keys.dead, self.keys.queues],
-            args=[
-                kind,
-                raw,
-                wire.encode(entry),
-                "zset",
-                now,
-                "",
-                "",
-                self.limits.max_jobs,
-                self.limits.cutoff(now),
-            ],
+        moved = self.transfer(
+            source, kind, raw, entry, self.keys.dead, "zset", score=time.time(), status="dead"
         )
         if moved:
             report.buried.append(str(entry.get("jid")))

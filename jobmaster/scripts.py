@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import redis
 
-# PUSH: enqueue payloads on one queue and wake idle workers of that queue.
-# KEYS[1] queue list, KEYS[2] set of queue names
-# ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3..] payloads
+# PUSH: enqueue payloads on one queue, mark them queued, wake idle workers.
+# KEYS[1] queue list, KEYS[2] set of queue names,
+# KEYS[3..] each payload's status key, in payload order (none when ARGV[3] is 0)
+# ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3] status TTL (s, 0 = off),
+# ARGV[4..] payloads
 # Returns the number of payloads pushed.
 PUSH = """
-local n = #ARGV - 2
-for i = 3, #ARGV, 500 do
+local n = #ARGV - 3
+for i = 4, #ARGV, 500 do
   redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
 end
 redis.call('SADD', KEYS[2], ARGV[1])
+if tonumber(ARGV[3]) > 0 then
+  for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued', 'EX', ARGV[3]) end
+end
 redis.call('PUBLISH', ARGV[2], n)
 return n
 """
@@ -30,15 +35,25 @@ return n
 # FETCH: reliable fetch. Moves the oldest payload of the first non-paused,
 # non-empty queue into this worker's in-progress list, in one step, so a job
 # is never only in the worker's memory.
+# Marks the job "working": its status key is the prefix plus the payload's
+# jid, known only once the payload is read, so it is built here; it has the
+# namespace's hash tag like every key, so the script stays on one slot.
 # KEYS[1] in-progress list, KEYS[2] paused set, KEYS[3..] queue lists
-# ARGV[1..] queue names, in the same order as KEYS[3..]
+# ARGV[1] status key prefix ('' = status off), ARGV[2] status TTL (s),
+# ARGV[3..] queue names, in the same order as KEYS[3..]
 # Returns {payload, queue name, jobs left in that queue} or nil.
 FETCH = """
 for i = 3, #KEYS do
-  local name = ARGV[i - 2]
+  local name = ARGV[i]
   if redis.call('SISMEMBER', KEYS[2], name) == 0 then
     local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
     if payload then
+      if ARGV[1] ~= '' then
+        local ok, job = pcall(cjson.decode, payload)
+        if ok and type(job) == 'table' and type(job.jid) == 'string' then
+          redis.call('SET', ARGV[1] .. job.jid, 'working', 'EX', ARGV[2])
+        end
+      end
       return {payload, name, redis.call('LLEN', KEYS[i])}
     end
   end
@@ -50,11 +65,14 @@ return nil
 # job leaves the in-progress list only once its outcome is stored.
 # KEYS[1] in-progress list, KEYS[2] processed total, KEYS[3] processed today,
 # KEYS[4] failed total, KEYS[5] failed today, KEYS[6] target sorted set
-#   (retry or dead; any key when ARGV[4] is '')
+#   (retry or dead; any key when ARGV[4] is ''), KEYS[7] the job's status key,
+# KEYS[8] the job's attempts list
 # ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed else 0,
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
 # ARGV[5] payload to store in the target, ARGV[6] its score,
-# ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go)
+# ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go),
+# ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON),
+# ARGV[11] status TTL (s)
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH = """
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
@@ -73,6 +91,11 @@ if ARGV[4] ~= '' then
     redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -tonumber(ARGV[7]) - 1)
   end
 end
+if ARGV[9] ~= '' then
+  redis.call('SET', KEYS[7], ARGV[9], 'EX', ARGV[11])
+  redis.call('RPUSH', KEYS[8], ARGV[10])
+  redis.call('EXPIRE', KEYS[8], ARGV[11])
+end
 return removed
 """
 
@@ -80,13 +103,15 @@ return removed
 # back) or a sorted set, only if it is still in its source. "Only if still
 # there" is what lets two recoverers (or a recoverer and a late ack) race
 # without running a job twice or losing it.
-# KEYS[1] source, KEYS[2] target, KEYS[3] set of queue names
+# KEYS[1] source, KEYS[2] target, KEYS[3] set of queue names,
+# KEYS[4] the job's status key (any key when ARGV[10] is '')
 # ARGV[1] source kind 'list' | 'zset', ARGV[2] entry as stored in the source,
 # ARGV[3] entry to store in the target, ARGV[4] target kind:
 #   'front' (next to be fetched) | 'back' (queue's end) | 'zset',
 # ARGV[5] score (zset target), ARGV[6] queue name (list target),
 # ARGV[7] wakeup channel ('' for none), ARGV[8] sorted set cap (0 = none),
-# ARGV[9] sorted set cutoff score (entries below it go; '-inf' for none)
+# ARGV[9] sorted set cutoff score (entries below it go; '-inf' for none),
+# ARGV[10] the job's new status ('' = leave it), ARGV[11] status TTL (s)
 # Returns 1 if moved, 0 if the entry was no longer in the source.
 TRANSFER = """
 local removed
@@ -111,7 +136,41 @@ else
   redis.call('SADD', KEYS[3], ARGV[6])
   if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], 1) end
 end
+if ARGV[10] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11]) end
 return 1
+"""
+
+
+# PERIODIC: claim slots of one periodic entry and enqueue a job for each one
+# claimed, in one step: any number of masters may tick the same entry, and a
+# slot is enqueued only by the first, because a slot is claimed only if it is
+# newer than the entry's stored last slot, which it then becomes.
+# KEYS[1] hash of entry name -> last slot, KEYS[2] queue list,
+# KEYS[3] set of queue names, KEYS[4..] each payload's status key, in pair
+# order (none when ARGV[4] is 0)
+# ARGV[1] entry name, ARGV[2] queue name, ARGV[3] wakeup channel,
+# ARGV[4] status TTL (s, 0 = off),
+# ARGV[5..] pairs of slot (unix time) and payload, oldest slot first
+# Returns the number of payloads pushed.
+PERIODIC = """
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or -math.huge
+local pushed, newest = 0, nil
+for i = 5, #ARGV, 2 do
+  if tonumber(ARGV[i]) > last then
+    redis.call('LPUSH', KEYS[2], ARGV[i + 1])
+    if tonumber(ARGV[4]) > 0 then
+      redis.call('SET', KEYS[4 + (i - 5) / 2], 'queued', 'EX', ARGV[4])
+    end
+    pushed = pushed + 1
+    newest = ARGV[i]
+  end
+end
+if pushed > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], newest)
+  redis.call('SADD', KEYS[3], ARGV[2])
+  redis.call('PUBLISH', ARGV[3], pushed)
+end
+return pushed
 """
 
 
@@ -123,3 +182,4 @@ class Scripts:
         self.fetch = client.register_script(FETCH)
         self.finish = client.register_script(FINISH)
         self.transfer = client.register_script(TRANSFER)
+        self.periodic = client.register_script(PERIODIC)

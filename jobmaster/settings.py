@@ -350,6 +350,24 @@ _ALL = [
         parse=number(0),
     ),
     Setting(
+        name="track_status",
+        default=True,
+        help="Keep each job's status and attempts history in Redis (jobmaster.status).",
+        parse=boolean,
+    ),
+    Setting(
+        name="status_ttl",
+        default=86400.0,
+        help="Seconds a job's status and attempts history are kept after its last change.",
+        parse=number(1),
+    ),
+    Setting(
+        name="timeout_grace",
+        default=30.0,
+        help="Seconds after a job's timeout before a child stuck in it is recycled.",
+        parse=number(0),
+    ),
+    Setting(
         name="cgroup_root",
         default="/sys/fs/cgroup",
         help='Where to read the container memory limit for "auto" and the guard.',

@@ -24,6 +24,7 @@ from jobmaster.connection import byte_list, connect, wait_for_redis
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.keys import Keys
+from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import master_title, set_title
 from jobmaster.recovery import Recovery
@@ -68,7 +69,11 @@ class Master:
         self.redis = connect(config.redis_url, data_dir=config.data_dir, retry_commands=False)
         self.keys = Keys(config.namespace)
         limits = DeadSetLimits(config.dead_max_jobs, config.dead_max_days)
-        self.recovery = Recovery(self.redis, self.keys, Scripts(self.redis), limits)
+        status_ttl = round(config.status_ttl) if config.track_status else 0
+        self.recovery = Recovery(self.redis, self.keys, Scripts(self.redis), limits, status_ttl)
+        self.ticker = PeriodicTicker(
+            self.redis, self.keys, config.periodic.values(), status_ttl=status_ttl
+        )
         self.identity = str(Identity())
         self.children = ChildTable()
         self.wanted = config.processes
@@ -141,6 +146,7 @@ class Master:
                     self.embedded.ensure_running()
                 self.talk_to_redis()
                 if not self.stopping:
+                    self.ticker.tick(time.time())  # [periodic.NAME] entries due by now
                     self.check_memory()
                 self.stop_overdue()
                 if not self.stopping:

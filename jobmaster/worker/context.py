@@ -52,12 +52,17 @@ class WorkerContext:
         return str(self.identity)
 
     @property
+    def status_ttl(self) -> int:
+        """Seconds job statuses are kept; 0 when status tracking is off."""
+        return round(self.config.status_ttl) if self.config.track_status else 0
+
+    @property
     def dead_limits(self) -> DeadSetLimits:
         return DeadSetLimits(self.config.dead_max_jobs, self.config.dead_max_days)
 
     @property
     def recovery(self) -> Recovery:
-        return Recovery(self.redis, self.keys, self.scripts, self.dead_limits)
+        return Recovery(self.redis, self.keys, self.scripts, self.dead_limits, self.status_ttl)
 
     @property
     def inprogress_key(self) -> str:

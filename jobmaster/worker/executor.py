@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from jobmaster import payload as wire
 from jobmaster import registry
@@ -19,7 +20,12 @@ log = logging.getLogger("jobmaster.worker.executor")
 
 
 def execute(unit: Unit) -> Outcome:
-    """Run the job in ``unit`` in this thread and say how it ended."""
+    """Run the job in ``unit`` in this thread and say how it ended (and when)."""
+    started = time.time()
+    return replace(_run(unit), started_at=started, ended_at=time.time())
+
+
+def _run(unit: Unit) -> Outcome:
     try:
         payload = wire.decode(unit.raw)
     except wire.BadPayload as error:

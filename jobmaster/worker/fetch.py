@@ -73,7 +73,8 @@ class Fetcher:
         order = self.queue_order()
         keys = [self.ctx.inprogress_key, self.ctx.keys.paused]
         keys.extend(self.queue_keys[name] for name in order)
-        result = self.ctx.scripts.fetch(keys=keys, args=order)
+        prefix = self.ctx.keys.status_prefix if self.ctx.status_ttl else ""
+        result = self.ctx.scripts.fetch(keys=keys, args=[prefix, self.ctx.status_ttl, *order])
         if not result:
             return None
         raw, queue, left = result

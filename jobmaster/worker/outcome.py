@@ -9,6 +9,7 @@ in-progress list, so a failure here can cause a second run, never a loss.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import time
 import traceback
@@ -26,7 +27,13 @@ log = logging.getLogger("jobmaster.worker.outcome")
 
 Kind = Literal["done", "retry", "dead", "dropped"]
 MAX_BACKTRACE_LINES = 40
-RECORD_ATTEMPTS_FOR = 30.0  # seconds an outcome keeps being retried (a Redis restart)
+RECORD_ATTEMPTS_FOR = 30.0
+STATUS = {
+    "done": "complete",
+    "retry": "retrying",
+    "dead": "dead",
+    "dropped": "failed",
+}  # seconds an outcome keeps being retried (a Redis restart)
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,14 @@ class Outcome:
     stored: dict[str, Any] | None = None  # the payload for the retry or dead set
     score: float = 0.0  # when it is due (retry) or died (dead)
     reason: str = ""
+    started_at: float = 0.0  # unix time: the attempt, for its history
+    ended_at: float = 0.0
+    error: str = ""  # "ErrorClass: message", for the attempts history
+
+    @property
+    def status(self) -> str:
+        """What ``jobmaster.status(jid)`` says after this outcome."""
+        return STATUS[self.kind]
 
 
 def succeeded(payload: dict[str, Any]) -> Outcome:
@@ -54,6 +69,7 @@ def bad_payload(raw: bytes, reason: str, queue: str) -> Outcome:
         stored=entry,
         score=float(entry["died_at"]),
         reason=reason,
+        error=f"BadPayload: {reason}",
     )
 
 
@@ -83,11 +99,12 @@ def decide_failure(
     the registered job's option, ``default_retry``.
     """
     jid, name = str(payload["jid"]), str(payload["job"])
+    described = f"{type(error).__name__}: {error}"
     retry = payload.get("retry", default_retry)
     count = int(payload.get("retry_count", 0) or 0) + 1
     stored = {**payload, **error_fields(error), "retry_count": count, "failed_at": now}
     if retry is False:
-        return Outcome("dropped", jid, name, failed=True, reason="retry is off")
+        return Outcome("dropped", jid, name, failed=True, reason="retry is off", error=described)
     limit = DEFAULT_RETRY if retry is True or not isinstance(retry, int) else retry
     if isinstance(error, Permanent):
         reason = f"{type(error).__name__}: {error} (permanent, not retried)"
@@ -106,10 +123,13 @@ def decide_failure(
             failed=True,
             stored=stored,
             score=due,
-            reason=f"{type(error).__name__}: {error}",
+            reason=described,
+            error=described,
         )
     stored.update(dead_reason=reason, died_at=now)
-    return Outcome("dead", jid, name, failed=True, stored=stored, score=now, reason=reason)
+    return Outcome(
+        "dead", jid, name, failed=True, stored=stored, score=now, reason=reason, error=described
+    )
 
 
 def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
@@ -129,7 +149,18 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         keys.stat("failed"),
         keys.stat_day("failed", day),
         target,
+        keys.status(outcome.jid),
+        keys.attempts(outcome.jid),
     ]
+    error_class, _, error_message = outcome.error.partition(": ")
+    attempt = {
+        "started_at": outcome.started_at,
+        "ended_at": outcome.ended_at,
+        "outcome": outcome.status,
+        "error_class": error_class or None,
+        "error_message": error_message or None,
+        "worker": ctx.name,
+    }
     call_args = [
         raw,
         "1" if outcome.failed else "0",
@@ -139,6 +170,9 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         outcome.score,
         limits.max_jobs,
         limits.cutoff(now),
+        outcome.status if ctx.status_ttl else "",
+        json.dumps(attempt),
+        ctx.status_ttl or 1,
     ]
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1

@@ -55,7 +55,6 @@ class ScheduledPoller(threading.Thread):
         return moved
 
     def _move(self, zset: str, raw: bytes, now: float) -> int:
-        keys, scripts = self.ctx.keys, self.ctx.scripts
         try:
             payload = wire.decode(raw)
         except wire.BadPayload as error:
@@ -64,19 +63,14 @@ class ScheduledPoller(threading.Thread):
             return 0
         queue = str(payload["queue"])
         payload["enqueued_at"] = now
-        return int(
-            scripts.transfer(
-                keys=[zset, keys.queue(queue), keys.queues],
-                args=[
-                    "zset",
-                    raw,
-                    wire.encode(payload),
-                    "back",
-                    0,
-                    queue,
-                    keys.wakeup_channel(queue),
-                    0,
-                    "-inf",
-                ],
-            )
+        moved = self.ctx.recovery.transfer(
+            zset,
+            "zset",
+            raw,
+            payload,
+            self.ctx.keys.queue(queue),
+            "back",
+            queue=queue,
+            status="queued",
         )
+        return int(moved)

@@ -21,7 +21,7 @@ def scripts(store: redis.Redis) -> Scripts:
 
 def fetch(scripts: Scripts, queues: list[str]) -> list[object] | None:
     keys = [INPROG, K.paused, *(K.queue(q) for q in queues)]
-    return scripts.fetch(keys=keys, args=queues)  # type: ignore[no-any-return]
+    return scripts.fetch(keys=keys, args=[K.status_prefix, 60, *queues])  # type: ignore[no-any-return]
 
 
 def test_fetch_moves_the_oldest_job_into_the_inprogress_list(
@@ -63,8 +63,23 @@ def finish(
         K.stat("failed"),
         K.stat("failed") + ":d",
         K.retry if target == "retry" else K.dead,
+        K.status("j1"),
+        K.attempts("j1"),
     ]
-    args = [raw, "1" if failed else "0", 100, target, stored, score, cap, cutoff]
+    attempt = '{"outcome": "complete"}'
+    args = [
+        raw,
+        "1" if failed else "0",
+        100,
+        target,
+        stored,
+        score,
+        cap,
+        cutoff,
+        "complete",
+        attempt,
+        60,
+    ]
     return int(scripts.finish(keys=keys, args=args))
 
 
@@ -109,8 +124,20 @@ def transfer(
 ) -> int:
     return int(
         scripts.transfer(
-            keys=[source, target, K.queues],
-            args=[kind, raw, new or raw, where, 5, "q", K.wakeup_channel("q"), 0, "-inf"],
+            keys=[source, target, K.queues, K.status("j1")],
+            args=[
+                kind,
+                raw,
+                new or raw,
+                where,
+                5,
+                "q",
+                K.wakeup_channel("q"),
+                0,
+                "-inf",
+                "queued",
+                60,
+            ],
         )
     )
 
@@ -141,5 +168,28 @@ def test_push_script_handles_more_payloads_than_unpack_allows(
     store: redis.Redis, scripts: Scripts
 ) -> None:
     payloads = [json.dumps({"n": n}).encode() for n in range(1000)]
-    count = scripts.push(keys=[K.queue("q"), K.queues], args=["q", "chan", *payloads])
+    count = scripts.push(keys=[K.queue("q"), K.queues], args=["q", "chan", 0, *payloads])
     assert count == 1000 and store.llen(K.queue("q")) == 1000
+
+
+def test_status_follows_the_job_through_push_fetch_and_finish(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    payload = json.dumps({"jid": "j1", "job": "x", "args": [], "queue": "q"}).encode()
+    scripts.push(keys=[K.queue("q"), K.queues, K.status("j1")], args=["q", "chan", 60, payload])
+    assert store.get(K.status("j1")) == b"queued" and 0 < store.ttl(K.status("j1")) <= 60
+    fetch(scripts, ["q"])
+    assert store.get(K.status("j1")) == b"working"
+    finish(scripts, payload, failed=False, target="")
+    assert store.get(K.status("j1")) == b"complete"
+    assert [json.loads(a) for a in store.lrange(K.attempts("j1"), 0, -1)] == [
+        {"outcome": "complete"}
+    ]
+    assert 0 < store.ttl(K.attempts("j1")) <= 60
+
+
+def test_fetch_survives_a_payload_that_is_not_json(store: redis.Redis, scripts: Scripts) -> None:
+    store.lpush(K.queue("q"), b"\xff not json")
+    raw, _, _ = fetch(scripts, ["q"])  # type: ignore[misc]
+    assert raw == b"\xff not json"  # moved, for the worker to bury; no status written
+    assert store.keys(K.status("*")) == []

@@ -229,8 +229,15 @@ def test_self_check_requeues_an_entry_no_thread_is_running(
     worker.selfcheck.step()
     assert store.llen(worker.ctx.inprogress_key) == 1  # suspect once: not yet moved
     worker.selfcheck.step()
-    assert store.llen(worker.ctx.inprogress_key) == 0
-    assert json.loads(store.lindex(K.queue("default"), 0))["jid"] == jid
+    # Back on its queue (a thread that was already fetching as quiet began may
+    # take it and give it back: wait for it to settle there).
+    wait_until(
+        lambda: (
+            store.llen(worker.ctx.inprogress_key) == 0
+            and [json.loads(raw)["jid"] for raw in store.lrange(K.queue("default"), 0, -1)] == [jid]
+        ),
+        timeout=5,
+    )
     worker.manager.resume()
     wait_until(lambda: store.sismember("test:done", "stuck"), timeout=10)
 
@@ -309,12 +316,10 @@ def test_a_redis_outage_in_the_middle_of_2000_jobs_loses_nothing(
 
 
 def test_a_job_fetched_as_quiet_begins_is_given_back_not_started(
-    make_config: Callable[..., Config],
-    running_worker: StartWorker,
-    client: Client,
-    store: redis.Redis,
+    make_config: Callable[..., Config], client: Client, store: redis.Redis
 ) -> None:
-    worker = running_worker(make_config(concurrency=1))
+    # Patched before start: a thread already inside the real fetch would race it.
+    worker = WorkerProcess(make_config(concurrency=1))
     fetch = worker.manager.fetcher.fetch
 
     def fetch_then_quiet() -> object:
@@ -324,12 +329,16 @@ def test_a_job_fetched_as_quiet_begins_is_given_back_not_started(
         return unit
 
     worker.manager.fetcher.fetch = fetch_then_quiet  # type: ignore[method-assign]
-    jid = client.push({"job": "tests.record", "args": ["given-back"]})
-    wait_until(lambda: worker.manager.quiet_now, timeout=10, message="fetched, then quiet")
-    wait_until(lambda: store.llen(worker.ctx.inprogress_key) == 0, timeout=10)
-    assert json.loads(store.lindex(K.queue("default"), 0))["jid"] == jid
-    assert not started_marker(store, "given-back")
-    assert worker.manager.busy == 0
+    worker.start()
+    try:
+        jid = client.push({"job": "tests.record", "args": ["given-back"]})
+        wait_until(lambda: worker.manager.quiet_now, timeout=10, message="fetched, then quiet")
+        wait_until(lambda: store.llen(worker.ctx.inprogress_key) == 0, timeout=10)
+        assert json.loads(store.lindex(K.queue("default"), 0))["jid"] == jid
+        assert not started_marker(store, "given-back")
+        assert worker.manager.busy == 0
+    finally:
+        worker.stop(timeout=5)
 
 
 def started_marker(store: redis.Redis, marker: str) -> bool:

@@ -9,6 +9,7 @@ descendant inherits, and kills it: no worker outlives its test.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -60,11 +61,23 @@ class JobmasterProcess:
         return self.popen.wait(timeout=timeout)
 
 
+def toml_value(value: object) -> str:
+    """A TOML value: JSON's spelling of strings, lists and tables is valid TOML for these."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | list):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
 @pytest.fixture
 def write_config(tmp_path: Path, redis_url: str) -> Callable[..., Path]:
     """A TOML config on the test's Redis; keyword arguments add or replace keys."""
 
-    def write(**settings: object) -> Path:
+    def write(periodic: dict[str, dict[str, object]] | None = None, **settings: object) -> Path:
+        """``periodic={"NAME": {"every": 1, ...}}`` adds ``[periodic.NAME]`` tables."""
         values: dict[str, object] = {
             "app": ["tests.jobs"],
             "redis_url": redis_url,
@@ -73,18 +86,10 @@ def write_config(tmp_path: Path, redis_url: str) -> Callable[..., Path]:
             "shutdown_timeout": 5,
             **settings,
         }
-        lines = []
-        for key, value in values.items():
-            if isinstance(value, bool):
-                lines.append(f"{key} = {'true' if value else 'false'}")
-            elif isinstance(value, str):
-                lines.append(f'{key} = "{value}"')
-            elif isinstance(value, list):
-                lines.append(
-                    f"{key} = [{', '.join(repr(v).replace(chr(39), chr(34)) for v in value)}]"
-                )
-            else:
-                lines.append(f"{key} = {value}")
+        lines = [f"{key} = {toml_value(value)}" for key, value in values.items()]
+        for name, table in (periodic or {}).items():
+            lines.append(f"\n[periodic.{name}]")
+            lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
         path = tmp_path / f"jobmaster-{len(list(tmp_path.glob('*.toml')))}.toml"
         path.write_text("\n".join(lines) + "\n")
         return path

@@ -28,7 +28,13 @@ def all_keys(keys: Keys) -> list[str]:
     this test.
     """
     day = datetime.date(2026, 11, 29)
-    arguments = {"name": "critical", "queue": "critical", "identity": "host:123:abc", "day": day}
+    arguments = {
+        "name": "critical",
+        "queue": "critical",
+        "identity": "host:123:abc",
+        "day": day,
+        "jid": "0123456789abcdef01234567",
+    }
     names: list[str] = []
     for attribute, member in inspect.getmembers(Keys):
         if attribute.startswith("_"):
