@@ -7,6 +7,9 @@ the ``BENCH_REDIS_URL`` environment variable (the benchmark's private server).
 
 ``bench_jobs.hold(token, seconds)`` is the long job that bench/failover.py
 kills the child under: it records each start and stops early on request.
+
+``bench_jobs.noop()`` does nothing: the job bench/status_cost.py pushes by the
+thousand to measure the per-job cost of the machinery around it.
 """
 
 from __future__ import annotations
@@ -61,3 +64,9 @@ def hold(token: str, seconds: float = 30.0) -> None:
         if conn.exists(stop):
             return
         time.sleep(0.02)
+
+
+@jobmaster.job(name="bench_jobs.noop", retry=False)
+def noop() -> None:
+    """Nothing at all (bench/status_cost.py)."""
+    return None

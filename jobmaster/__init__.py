@@ -13,7 +13,7 @@ The producer API::
 from __future__ import annotations
 
 from jobmaster.client import Client, attempts, configure, status
-from jobmaster.errors import ConfigError, EnqueueError, JobmasterError, Permanent
+from jobmaster.errors import ConfigError, EnqueueError, JobmasterError, JobTimeout, Permanent
 from jobmaster.job import JobFunction, job
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "EnqueueError",
     "JobFunction",
+    "JobTimeout",
     "JobmasterError",
     "Permanent",
     "attempts",

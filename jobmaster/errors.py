@@ -25,3 +25,7 @@ class EnqueueError(JobmasterError):
 
 class Permanent(Exception):
     """Raise from a job to skip its retries: it goes to the dead set at once."""
+
+
+class JobTimeout(Exception):
+    """Raised inside a job's thread when it runs past its ``timeout``."""

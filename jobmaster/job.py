@@ -42,6 +42,11 @@ class JobOptions:
     backoff: Backoff | None = None
     timeout: float | None = None
     unique: Any = None
+    # Called once the outcome is recorded: on_success(payload) after a success,
+    # on_failure(payload, error) when the job failed for good (dead, or
+    # dropped with retry=False). A hook that raises is logged, nothing more.
+    on_success: Callable[[dict[str, Any]], Any] | None = None
+    on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.queue, str) or not self.queue or "{" in self.queue:
@@ -61,6 +66,9 @@ class JobOptions:
             or self.timeout <= 0
         ):
             raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
+        for hook in ("on_success", "on_failure"):
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                raise ValueError(f"{hook} must be a callable, got {getattr(self, hook)!r}")
 
     def payload_fields(self) -> dict[str, Any]:
         """The options a worker must see, as wire fields (callables stay in the registry)."""
@@ -173,6 +181,8 @@ def job(
     backoff: Backoff | None = None,
     timeout: float | None = None,
     unique: Any = None,
+    on_success: Callable[[dict[str, Any]], Any] | None = None,
+    on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
@@ -186,13 +196,23 @@ def job(
     backoff: Backoff | None = None,
     timeout: float | None = None,
     unique: Any = None,
+    on_success: Callable[[dict[str, Any]], Any] | None = None,
+    on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Register a function as a job: ``@jobmaster.job`` or ``@jobmaster.job(queue=...)``.
 
     Its name is ``module.qualname`` unless ``name`` is given; workers run only
     registered names.
     """
-    options = JobOptions(queue=queue, retry=retry, backoff=backoff, timeout=timeout, unique=unique)
+    options = JobOptions(
+        queue=queue,
+        retry=retry,
+        backoff=backoff,
+        timeout=timeout,
+        unique=unique,
+        on_success=on_success,
+        on_failure=on_failure,
+    )
 
     def decorate(function: Callable[P, R]) -> JobFunction[P, R]:
         job_name = name or f"{function.__module__}.{function.__qualname__}"

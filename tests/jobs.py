@@ -128,3 +128,47 @@ def bloat(marker: str, megabytes: int, seconds: float) -> None:
     time.sleep(seconds)
     assert block
     record.func(marker)
+
+
+@jobmaster.job(name="tests.spin", timeout=1, retry=1, backoff=0)
+def spin(marker: str) -> None:
+    """Pure Python forever: the timeout must interrupt it."""
+    store().hincrby("test:attempts", marker, 1)
+    while True:
+        pass
+
+
+@jobmaster.job(name="tests.stuck_in_c", timeout=1, retry=0)
+def stuck_in_c(marker: str, seconds: float) -> None:
+    """Blocks in C (time.sleep) past its timeout: the exception can't land."""
+    store().hincrby("test:attempts", marker, 1)
+    store().sadd("test:started", marker)
+    time.sleep(seconds)
+    store().sadd("test:returned", marker)
+
+
+def _hook_succeeded(payload: dict[str, object]) -> None:
+    store().hset("test:hooks", f"success:{payload['args'][0]}", str(payload["jid"]))  # type: ignore[index]
+
+
+def _hook_failed(payload: dict[str, object], error: BaseException) -> None:
+    store().hset("test:hooks", f"failure:{payload['args'][0]}", type(error).__name__)  # type: ignore[index]
+
+
+def _hook_raises(payload: dict[str, object]) -> None:
+    store().hincrby("test:hooks", "raising", 1)
+    raise RuntimeError("a broken hook")
+
+
+@jobmaster.job(
+    name="tests.hooked", retry=1, backoff=0, on_success=_hook_succeeded, on_failure=_hook_failed
+)
+def hooked(marker: str, fail: bool) -> None:
+    store().hincrby("test:attempts", marker, 1)
+    if fail:
+        raise KeyError(marker)
+
+
+@jobmaster.job(name="tests.bad_hook", on_success=_hook_raises)
+def bad_hook(marker: str) -> None:
+    record.func(marker)

@@ -402,7 +402,8 @@ class Master:
 
     def read_ready(self, child: Child) -> None:
         """A child's pipe: ``R`` once it is up, ``M`` when it reached
-        max_jobs_per_child; end of file when it exits."""
+        max_jobs_per_child, ``T`` when a job is stuck past its timeout; end of
+        file when it exits."""
         try:
             data = os.read(child.ready_fd, 64) if child.ready_fd is not None else b""
         except BlockingIOError:
@@ -412,6 +413,8 @@ class Master:
             child.ready_fd = None
         if b"M" in data:
             self.recycle(child, f"reached max_jobs_per_child ({self.config.max_jobs_per_child})")
+        if b"T" in data:
+            self.recycle(child, "has a job stuck past its timeout")
         if b"R" not in data or child.state != STARTING:
             return
         child.ready_at = time.monotonic()

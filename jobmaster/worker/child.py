@@ -118,6 +118,18 @@ class Steering:
         self.recycle_deadline: float | None = None
         self.recycle_reason = RECYCLED
 
+    def on_stuck_job(self) -> None:
+        """A thread is lost to a job stuck past its timeout: get replaced (a lone
+        worker has nobody to replace it, and carries on one thread short)."""
+        try:
+            jid = self.worker.stuck.get_nowait()
+        except queue.Empty:
+            return
+        if self.pipe_fd is None or self.recycle_deadline is not None:
+            return
+        self.tell_master(b"T")
+        self.begin_recycle(f"a job (jid {jid}) is stuck past its timeout")
+
     def begin_recycle(self, reason: str) -> None:
         """Stop fetching; stop once running jobs are done or memory_grace is up."""
         grace = self.config.memory_grace
@@ -158,6 +170,7 @@ class Steering:
             return "remote stop"
         if self.master_pid is not None and os.getppid() != self.master_pid:
             return f"master (pid {self.master_pid}) is gone"
+        self.on_stuck_job()
         if self.max_jobs and not self.asked_for_replacement and manager.completed >= self.max_jobs:
             self.asked_for_replacement = True
             self.tell_master(b"M")  # the master forks our replacement at once

@@ -9,23 +9,42 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import replace
+from typing import Any
 
 from jobmaster import payload as wire
 from jobmaster import registry
+from jobmaster.errors import JobTimeout
+from jobmaster.job import JobFunction
 from jobmaster.worker.fetch import Unit
-from jobmaster.worker.outcome import Outcome, bad_payload, decide_failure, succeeded
+from jobmaster.worker.outcome import (
+    Outcome,
+    bad_payload,
+    decide_failure,
+    succeeded,
+    with_hook,
+)
+from jobmaster.worker.watchdog import Watchdog
 
 log = logging.getLogger("jobmaster.worker.executor")
 
 
-def execute(unit: Unit) -> Outcome:
+def execute(unit: Unit, watchdog: Watchdog | None = None) -> Outcome:
     """Run the job in ``unit`` in this thread and say how it ended (and when)."""
     started = time.time()
-    return replace(_run(unit), started_at=started, ended_at=time.time())
+    return replace(_run(unit, watchdog), started_at=started, ended_at=time.time())
 
 
-def _run(unit: Unit) -> Outcome:
+def timeout_of(payload: dict[str, Any], job: JobFunction[..., Any]) -> float | None:
+    """The payload's ``timeout`` (from ``.options()``), else the job's own."""
+    value = payload.get("timeout")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return job.job_options.timeout
+
+
+def _run(unit: Unit, watchdog: Watchdog | None) -> Outcome:
     try:
         payload = wire.decode(unit.raw)
     except wire.BadPayload as error:
@@ -36,15 +55,19 @@ def _run(unit: Unit) -> Outcome:
     context = {"jid": payload["jid"], "job": job.name, "queue": unit.queue}
     log.debug("start", extra=context)
     started = time.monotonic()
+    timeout = timeout_of(payload, job)
     try:
-        job.func(*payload["args"], **payload["kwargs"])
+        with watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext():
+            job.func(*payload["args"], **payload["kwargs"])
     except BaseException as error:  # a job's SystemExit must not end the thread either
+        if isinstance(error, JobTimeout) and not str(error):
+            error = JobTimeout(f"ran past its timeout of {timeout:g}s")
         options = job.job_options
         outcome = decide_failure(payload, error, options.backoff, time.time(), options.retry)
         _log_failure(outcome, context, time.monotonic() - started)
-        return outcome
+        return with_hook(outcome, payload, options, error)
     log.debug("done in %.1f ms", (time.monotonic() - started) * 1000, extra=context)
-    return succeeded(payload)
+    return with_hook(succeeded(payload), payload, job.job_options, None)
 
 
 def _buried(unit: Unit, reason: str) -> Outcome:

@@ -23,6 +23,7 @@ from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher, Unit
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.wakeup import WakeupListener, WorkSignal
+from jobmaster.worker.watchdog import Watchdog
 
 log = logging.getLogger("jobmaster.worker.manager")
 
@@ -41,6 +42,8 @@ class Manager:
         # Stop fetching the moment this many jobs are done (0 = no limit):
         # checked here, as each job ends, so a busy child doesn't overshoot.
         self.max_jobs = 0
+        self.watchdog: Watchdog | None = None  # set by the process: job timeouts
+        self._abandoned: set[bytes] = set()  # stuck jobs the watchdog recorded
         self._idle = threading.Condition()
         self.processors = [Processor(i, self) for i in range(ctx.config.concurrency)]
         self.listener = WakeupListener(ctx, self.signal, self.fetcher.names)
@@ -52,11 +55,22 @@ class Manager:
 
     def finished(self, unit: Unit) -> None:
         with self._idle:
-            self._running.pop(unit.raw, None)
+            if self._running.pop(unit.raw, None) is None:
+                return  # abandoned earlier: already counted
             self.completed += 1
             self._idle.notify_all()
         if self.max_jobs and self.completed >= self.max_jobs and self.fetching.is_set():
             self.quiet()
+
+    def abandon(self, unit: Unit) -> None:
+        """A job stuck past its timeout: no longer ours to wait for or to record."""
+        with self._idle:
+            self._abandoned.add(unit.raw)
+        self.finished(unit)
+
+    def abandoned(self, unit: Unit) -> bool:
+        with self._idle:
+            return unit.raw in self._abandoned
 
     @property
     def busy(self) -> int:

@@ -13,7 +13,8 @@ import json
 import logging
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import redis
@@ -21,6 +22,7 @@ import redis
 from jobmaster import payload as wire
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import Permanent
+from jobmaster.job import JobOptions
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
 
 log = logging.getLogger("jobmaster.worker.outcome")
@@ -48,6 +50,8 @@ class Outcome:
     started_at: float = 0.0  # unix time: the attempt, for its history
     ended_at: float = 0.0
     error: str = ""  # "ErrorClass: message", for the attempts history
+    # The job's on_success/on_failure, bound to this outcome: run once it is recorded.
+    hook: Callable[[], Any] | None = None
 
     @property
     def status(self) -> str:
@@ -130,6 +134,37 @@ def decide_failure(
     return Outcome(
         "dead", jid, name, failed=True, stored=stored, score=now, reason=reason, error=described
     )
+
+
+def with_hook(
+    outcome: Outcome,
+    payload: dict[str, Any],
+    options: JobOptions,
+    error: BaseException | None,
+) -> Outcome:
+    """Bind the job's hook that this outcome calls for (if any)."""
+    if outcome.kind == "done" and options.on_success is not None:
+        hook = options.on_success
+        return replace(outcome, hook=lambda: hook(payload))
+    if outcome.kind in ("dead", "dropped") and options.on_failure is not None and error:
+        failure = options.on_failure
+        return replace(outcome, hook=lambda: failure(payload, error))
+    return outcome
+
+
+def run_hook(outcome: Outcome) -> None:
+    """Run the outcome's hook; one that raises is logged and changes nothing."""
+    if outcome.hook is None:
+        return
+    try:
+        outcome.hook()
+    except Exception:
+        log.exception(
+            "hook of jid=%s job=%s failed",
+            outcome.jid,
+            outcome.job,
+            extra={"jid": outcome.jid, "job": outcome.job},
+        )
 
 
 def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:

@@ -17,16 +17,21 @@ from collections.abc import Callable
 
 import redis
 
+from jobmaster import registry
 from jobmaster.config import Config
 from jobmaster.connection import wait_for_redis
+from jobmaster.errors import JobTimeout
+from jobmaster.job import JobOptions
 from jobmaster.procmem import measure_mb
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
 from jobmaster.worker.identity import Identity
 from jobmaster.worker.manager import Manager
+from jobmaster.worker.outcome import decide_failure, record, run_hook, with_hook
 from jobmaster.worker.poller import ScheduledPoller
 from jobmaster.worker.selfcheck import SelfCheck
+from jobmaster.worker.watchdog import Armed, Watchdog
 
 log = logging.getLogger("jobmaster.worker.process")
 
@@ -40,6 +45,9 @@ class WorkerProcess:
         self.heartbeat = Heartbeat(self.ctx, self.info, self.commands.put, self.background_stop)
         self.poller = ScheduledPoller(self.ctx, self.background_stop)
         self.selfcheck = SelfCheck(self.ctx, self.manager, self.background_stop)
+        self.stuck: queue.SimpleQueue[str] = queue.SimpleQueue()  # jids, for the main thread
+        self.watchdog = Watchdog(config.timeout_grace, self.give_up_on, self.background_stop)
+        self.manager.watchdog = self.watchdog
 
     def info(self) -> dict[str, str | int | float]:
         """Heartbeat fields: what ``jobmaster ps`` shows of this process."""
@@ -56,7 +64,7 @@ class WorkerProcess:
         wait_for_redis(self.ctx.redis, self.ctx.config.redis_url_masked)
         self.heartbeat.beat()
         self.manager.start()
-        for thread in (self.heartbeat, self.poller, self.selfcheck):
+        for thread in (self.heartbeat, self.poller, self.selfcheck, self.watchdog):
             thread.start()
         self.manager.listener.subscribed.wait(timeout=5.0)
         config = self.ctx.config
@@ -66,6 +74,25 @@ class WorkerProcess:
             ",".join(config.queues),
             config.concurrency,
         )
+
+    def give_up_on(self, armed: Armed) -> None:
+        """A job still running ``timeout_grace`` after its timeout (stuck in C code):
+        record the attempt as failed (not a crash) and stop waiting for it."""
+        payload, grace = armed.payload, self.ctx.config.timeout_grace
+        error = JobTimeout(
+            f"still running {grace:g}s after its timeout of {armed.timeout:g}s "
+            "(stuck outside Python?): its worker process is recycled"
+        )
+        job = registry.lookup(payload["job"])
+        options = job.job_options if job is not None else JobOptions()
+        outcome = decide_failure(payload, error, options.backoff, time.time(), options.retry)
+        outcome = with_hook(outcome, payload, options, error)
+        context = {"jid": outcome.jid, "job": outcome.job, "queue": armed.unit.queue}
+        log.error("stuck past its timeout: %s", error, extra=context)
+        self.manager.abandon(armed.unit)
+        if record(self.ctx, armed.unit.raw, outcome):
+            run_hook(outcome)
+        self.stuck.put(outcome.jid)
 
     def stop(
         self,

@@ -17,7 +17,7 @@ import redis
 
 from jobmaster.worker.executor import execute
 from jobmaster.worker.loop import OUTAGE_BACKOFF, OutageLog
-from jobmaster.worker.outcome import record
+from jobmaster.worker.outcome import record, run_hook
 
 if TYPE_CHECKING:
     from jobmaster.worker.fetch import Unit
@@ -59,7 +59,9 @@ class Processor(threading.Thread):
     def process(self, unit: Unit) -> None:
         self.manager.started(unit)
         try:
-            record(self.ctx, unit.raw, execute(unit))
+            outcome = execute(unit, self.manager.watchdog)
+            if not self.manager.abandoned(unit) and record(self.ctx, unit.raw, outcome):
+                run_hook(outcome)  # else the watchdog recorded it (and ran it)
         except Exception as error:
             # A bug of ours must neither kill this thread nor leave the job to
             # be requeued (and fail the same way) forever: bury it, keep going.

@@ -356,3 +356,42 @@ def test_drain_runs_queued_and_scheduled_jobs_in_process(
     assert testing.drain(client) == 3
     assert store.smembers("test:done") == {b"d1", b"d2", b"d3"}
     assert testing.drain(client) == 0
+
+
+def test_a_spinning_job_is_interrupted_by_its_timeout_and_retried(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    client: Client,
+    store: redis.Redis,
+) -> None:
+    client.push({"job": "tests.spin", "args": ["spinner"]})  # timeout=1, retry=1
+    worker = running_worker(make_config(concurrency=2))
+    wait_until(lambda: store.zcard(K.dead) == 1, timeout=20, message="spinner dead")
+    assert attempts(store, "spinner") == 2  # the first run and its retry
+    [entry] = dead_entries(store)
+    assert entry["error_class"] == "JobTimeout"
+    assert entry["error_message"] == "ran past its timeout of 1s"
+    assert all(t.is_alive() for t in worker.manager.processors)
+    assert worker.manager.busy == 0
+
+
+def test_hooks_run_once_on_success_and_on_failing_for_good(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    client: Client,
+    store: redis.Redis,
+) -> None:
+    ok = client.push({"job": "tests.hooked", "args": ["ok", False]})
+    client.push({"job": "tests.hooked", "args": ["bad", True]})  # retry=1: fails twice
+    client.push({"job": "tests.bad_hook", "args": ["after-bad-hook"]})
+    client.push({"job": "tests.record", "args": ["later"]})
+    running_worker(make_config(concurrency=1))
+    wait_until(lambda: store.hget("test:hooks", "failure:bad") == b"KeyError", timeout=20)
+    wait_until(lambda: store.sismember("test:done", "later"), timeout=10)
+    assert store.hget("test:hooks", "success:ok") == ok.encode()
+    assert attempts(store, "bad") == 2
+    assert store.hget("test:hooks", "success:bad") is None
+    assert store.hget("test:hooks", "failure:ok") is None
+    # A hook that raises is logged; its job still counts as done, the worker goes on.
+    assert store.hget("test:hooks", "raising") == b"1"
+    assert store.sismember("test:done", "after-bad-hook")

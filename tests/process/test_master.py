@@ -395,3 +395,36 @@ def test_a_child_that_gets_term_itself_finishes_its_job_and_is_replaced(
     assert "died" not in master.log()  # a clean exit is not a crash
     master.signal(signal.SIGTERM)
     assert master.wait(timeout=15) == 0
+
+
+def test_a_job_stuck_in_c_past_its_timeout_gets_its_child_recycled(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster(
+        "-c", str(write_config(processes=1, concurrency=3, timeout_grace=1, memory_grace=10))
+    )
+    [first] = working_children(store, master, 1)
+    client = Client(redis_url)
+    jid = client.push({"job": "tests.stuck_in_c", "args": ["stuck", 60]})  # timeout=1, retry=0
+    wait_until(lambda: store.sismember("test:started", "stuck"), timeout=10)
+    client.push_bulk({"job": "tests.record", "args": [["other1", 2], ["other2", 2]]})
+    wait_until(lambda: store.zcard(K.dead) == 1, timeout=15, message="the stuck job failed")
+    [entry] = [json.loads(raw) for raw in store.zrange(K.dead, 0, -1)]
+    assert entry["jid"] == jid and entry["error_class"] == "JobTimeout"
+    assert "still running 1s after its timeout of 1s" in entry["error_message"]
+    # Its child is replaced; the other jobs it was running complete, once each.
+    wait_until(lambda: store.scard("test:done") == 2, timeout=20)
+    assert runs(store, "other1") == runs(store, "other2") == 1
+    wait_until(
+        lambda: (
+            not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+        ),
+        timeout=20,
+        message="the stuck child is gone",
+    )
+    assert not store.sismember("test:returned", "stuck")
+    log = master.log()
+    assert "has a job stuck past its timeout: recycling it" in log and "died" not in log
+    assert working_children(store, master, 1) != [first]
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0

@@ -1,0 +1,595 @@
+"""Benchmark: what job status tracking (``track_status``) costs in throughput.
+
+This is a benchmark, not a test: it asserts nothing and is never run by pytest.
+
+    cd /work/main && .venv/bin/python bench/status_cost.py [--jobs 20000] [--runs 3]
+        [--processes 2] [--concurrency 8] [--no-table] [--keep-log]
+
+With ``track_status = true`` (the default) every job's status key is SET
+inside the PUSH (``queued``, when the producer's ``status_ttl`` > 0), FETCH
+(``working``) and FINISH (``done``...) Lua scripts, and FINISH also RPUSHes
+the attempt to the job's attempts history and EXPIREs it. This bench measures
+what that costs, with and without it.
+
+What it does:
+
+1. Starts a private ``redis-server`` on a free loopback port in a temporary
+   directory (``jobmaster.embedded.RedisServerProcess``, no persistence). The
+   shared Redis on 6379 is never touched: the master gets the private URL in
+   its TOML *and* as ``--redis-url``, and every ``JOBMASTER_*`` /
+   ``REDIS_URL`` variable is removed from its environment.
+2. ``--runs`` runs per mode, alternating ``track_status`` true, false, true,
+   false... (so a drift of the machine hits both modes alike). Each run:
+
+   - FLUSHALL of the private server, then a baseline ``used_memory``;
+   - enqueue: ``jobmaster.Client(url, status_ttl=86400 or 0).push_bulk`` of
+     ``--jobs`` ``bench_jobs.noop`` jobs (one PUSH script per 1,000 jobs),
+     timed (enqueue jobs/s) between two ``INFO commandstats`` (Redis calls
+     per job enqueued);
+   - starts the supervisor, ``jobmaster -c <tmp>/<run>/jobmaster.toml`` with
+     ``processes``, ``concurrency``, ``track_status`` and ``app =
+     ["bench_jobs"]`` (bench/ is put on PYTHONPATH), and from then on polls
+     ``jobmaster:{jobmaster}:stat:processed`` (one GET) every ~20 ms. The
+     counter is INCRed by FINISH, so its first value > 0 marks (within one
+     poll) the first job finished, close to the first started;
+   - throughput: ``(N - first value seen) / (t at N - t of that first value)``
+     ("first to last"), and ``N / (t at N - t at Popen)`` ("from master
+     start", which includes interpreter start-up, the fork of the children,
+     their connection and the app import);
+   - Redis calls per job processed: ``INFO commandstats`` just before the
+     Popen and when the counter reaches N, minus the bench's own calls (the
+     GET polls and the first INFO). Redis counts every command a Lua script
+     runs as a call too (EVALSHA FINISH is 1 call + LREM, INCR... inside), so
+     the figure is "commands Redis executed", split per command in the JSON;
+     it also includes the master's and children's start-up and heartbeat
+     calls over the window, which is small next to N jobs;
+   - stops the master with SIGTERM and waits for it (any child still alive
+     afterwards is SIGKILLed and reported), then reads ``used_memory``,
+     ``DBSIZE`` and, with tracking, ``MEMORY USAGE`` of one status key and
+     one attempts list: (used_memory after - baseline) per 1,000 finished
+     jobs kept is the memory the finished jobs leave behind (for
+     ``status_ttl`` seconds, a day by default).
+3. Stops the server and removes the temporary directory; all of it in
+   ``finally`` blocks, so an error or Ctrl-C leaves no process behind.
+
+Reported per mode: the median of the runs' jobs/s (processing, both
+windows, and enqueue), and the cost of tracking as a percentage:
+``(median off - median on) / median off``, i.e. the throughput lost by
+turning tracking on. On a small machine the master, the children, Redis and
+this bench share the CPUs, so run-to-run noise of several % is normal: look
+at the individual runs next to the medians.
+
+Output: one JSON object with every figure and every run on stdout; a
+readable table on stderr (``--no-table`` to omit it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+
+import jobmaster
+from jobmaster.embedded import RedisServerProcess
+
+BENCH_DIR = Path(__file__).resolve().parent
+JOB_NAME = "bench_jobs.noop"
+NAMESPACE = "jobmaster"
+PREFIX = f"{NAMESPACE}:{{{NAMESPACE}}}:"  # jobmaster.keys.Keys prefix
+PROCESSED_KEY = f"{PREFIX}stat:processed"
+STATUS_PATTERN = f"{PREFIX}status:*"
+ATTEMPTS_PATTERN = f"{PREFIX}attempts:*"
+STATUS_TTL = 86400
+SHUTDOWN_TIMEOUT = 5
+POLL_INTERVAL = 0.02
+
+RUN_DEADLINE = 300.0  # every job processed
+STOP_DEADLINE = 60.0
+
+
+# -- helpers -----------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def jobmaster_executable() -> str:
+    beside = Path(sys.executable).parent / "jobmaster"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("jobmaster")
+    if found is None:
+        raise SystemExit("bench: no `jobmaster` console script next to python or on PATH")
+    return found
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no master log)"
+
+
+def children_of(pid: int) -> set[int]:
+    """Live (or not yet reaped) children of ``pid``, from /proc."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(p) for p in text.split()}
+
+
+def is_jobmaster(pid: int) -> bool:
+    try:
+        return b"jobmaster" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def call_counts(conn: redis.Redis) -> Counter[str]:
+    stats = conn.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+def used_memory(conn: redis.Redis) -> int:
+    return int(conn.info("memory")["used_memory"])
+
+
+def per_job(diff: Counter[str], jobs: int) -> dict[str, float]:
+    return {k: v / jobs for k, v in sorted(diff.items(), key=lambda kv: (-kv[1], kv[0])) if v}
+
+
+# -- the master ----------------------------------------------------------------
+def write_config(
+    directory: Path, url: str, track_status: bool, processes: int, concurrency: int
+) -> Path:
+    path = directory / "jobmaster.toml"
+    path.write_text(
+        "\n".join(
+            [
+                'app = ["bench_jobs"]',
+                f'redis_url = "{url}"',
+                f"processes = {processes}",
+                f"concurrency = {concurrency}",
+                f"track_status = {'true' if track_status else 'false'}",
+                f"status_ttl = {STATUS_TTL}",
+                f"shutdown_timeout = {SHUTDOWN_TIMEOUT}",
+                'log_level = "info"',
+                f'data_dir = "{directory / "data"}"',
+                "",
+            ]
+        )
+    )
+    return path
+
+
+def start_master(config: Path, url: str, logfile: Path) -> subprocess.Popen[bytes]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("JOBMASTER_") and k != "REDIS_URL"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")]))
+    env["BENCH_REDIS_URL"] = url
+    command = [jobmaster_executable(), "-c", str(config), "--redis-url", url]
+    with logfile.open("ab") as log:
+        return subprocess.Popen(
+            command,
+            cwd=BENCH_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C to the bench is handled by our finally
+        )
+
+
+def stop_master(master: subprocess.Popen[bytes], seen: set[int]) -> dict[str, Any]:
+    """SIGTERM, wait; SIGKILL if it outlives STOP_DEADLINE.
+
+    Afterwards any child pid ever seen that is still a jobmaster process is
+    SIGKILLed (only if the master failed to stop them) and reported."""
+    started = time.monotonic()
+    if master.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            master.send_signal(signal.SIGTERM)
+        try:
+            master.wait(timeout=STOP_DEADLINE)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                master.kill()
+            master.wait(timeout=10)
+    elapsed = time.monotonic() - started
+    leftovers = []
+    for pid in sorted(seen):
+        if is_jobmaster(pid):
+            leftovers.append(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return {"stop_s": elapsed, "exit_code": master.returncode, "children_left": leftovers}
+
+
+# -- one run -------------------------------------------------------------------
+def enqueue(url: str, conn: redis.Redis, jobs: int, track_status: bool) -> dict[str, Any]:
+    client = jobmaster.Client(url, status_ttl=STATUS_TTL if track_status else 0)
+    args: list[list[Any]] = [[] for _ in range(jobs)]
+    client.redis.ping()  # connect (and pay for it) before the clock starts
+    before = call_counts(conn)
+    started = time.perf_counter()
+    jids = client.push_bulk({"job": JOB_NAME, "args": args})
+    elapsed = time.perf_counter() - started
+    after = call_counts(conn)
+    with contextlib.suppress(Exception):
+        client.redis.close()
+    diff = after - before
+    diff["info"] -= 1  # the "before" INFO is counted in "after"
+    diff = +diff
+    queued = int(conn.llen(f"{PREFIX}queue:default"))
+    return {
+        "jobs": jobs,
+        "pushed": len(jids),
+        "queued": queued,
+        "seconds": elapsed,
+        "jobs_per_s": jobs / elapsed,
+        "redis_calls_per_job": sum(diff.values()) / jobs,
+        "redis_calls_per_job_by_command": per_job(diff, jobs),
+    }
+
+
+def process(
+    conn: redis.Redis,
+    master: subprocess.Popen[bytes],
+    jobs: int,
+    logfile: Path,
+    seen: set[int],
+    t_popen: float,
+    before: Counter[str],
+) -> dict[str, Any]:
+    """Poll stat:processed until it reaches ``jobs``; the timings and Redis calls."""
+    polls = 0
+    t_first: float | None = None
+    first_value = 0
+    value = 0
+    deadline = t_popen + RUN_DEADLINE
+    while True:
+        raw = conn.get(PROCESSED_KEY)
+        now = time.perf_counter()
+        polls += 1
+        value = int(raw or 0)
+        if value > 0 and t_first is None:
+            t_first, first_value = now, value
+        if value >= jobs:
+            break
+        if now > deadline:
+            raise RuntimeError(
+                f"only {value}/{jobs} jobs processed in {RUN_DEADLINE}s; "
+                f"log tail:\n{log_tail(logfile)}"
+            )
+        if master.poll() is not None:
+            raise RuntimeError(
+                f"master exited with code {master.returncode} at {value}/{jobs} jobs; "
+                f"log tail:\n{log_tail(logfile)}"
+            )
+        seen |= children_of(master.pid)
+        time.sleep(POLL_INTERVAL)
+    t_last = now
+    after = call_counts(conn)
+    seen |= children_of(master.pid)
+    assert t_first is not None
+    diff = after - before
+    diff["get"] -= polls  # ours
+    diff["info"] -= 1  # the "before" INFO
+    diff = +diff
+    window = t_last - t_first
+    return {
+        "processed": value,
+        "first_value_seen": first_value,
+        "polls": polls,
+        "first_seen_after_popen_s": t_first - t_popen,
+        "seconds_first_to_last": window,
+        "seconds_from_master_start": t_last - t_popen,
+        "jobs_per_s": (value - first_value) / window if window > 0 else None,
+        "jobs_per_s_from_master_start": value / (t_last - t_popen),
+        "redis_calls_per_job": sum(diff.values()) / value,
+        "redis_calls_per_job_by_command": per_job(diff, value),
+    }
+
+
+def kept_memory(conn: redis.Redis, baseline: int, jobs: int) -> dict[str, Any]:
+    after = used_memory(conn)
+    sample: dict[str, int | None] = {}
+    for label, pattern in (("status_key", STATUS_PATTERN), ("attempts_list", ATTEMPTS_PATTERN)):
+        key = next(conn.scan_iter(match=pattern, count=1000), None)
+        sample[f"{label}_bytes"] = (
+            int(conn.memory_usage(key, samples=0) or 0) if key is not None else None
+        )
+    return {
+        "used_memory_baseline": baseline,
+        "used_memory_after": after,
+        "bytes_per_1000_jobs": (after - baseline) / jobs * 1000,
+        "keys_after": int(conn.dbsize()),
+        "memory_usage_sample": sample,
+    }
+
+
+def run_once(
+    args: argparse.Namespace, tmp: Path, url: str, conn: redis.Redis, index: int, track: bool
+) -> dict[str, Any]:
+    directory = tmp / f"run{index}-{'on' if track else 'off'}"
+    directory.mkdir()
+    logfile = directory / "master.log"
+    config = write_config(directory, url, track, args.processes, args.concurrency)
+    conn.flushall()
+    time.sleep(0.2)  # let the allocator settle after the flush
+    baseline = used_memory(conn)
+    pushed = enqueue(url, conn, args.jobs, track)
+    seen: set[int] = set()
+    stopped: dict[str, Any] | None = None
+    before = call_counts(conn)
+    t_popen = time.perf_counter()
+    master = start_master(config, url, logfile)
+    try:
+        measured = process(conn, master, args.jobs, logfile, seen, t_popen, before)
+        stopped = stop_master(master, seen)
+        memory = kept_memory(conn, baseline, args.jobs)
+        log = logfile.read_text(errors="replace")
+        return {
+            "run": index,
+            "track_status": track,
+            "master_pid": master.pid,
+            "children_pids": sorted(seen),
+            "enqueue": pushed,
+            "process": measured,
+            "memory": memory,
+            "master": {
+                **stopped,
+                "log_warnings": log.count("WARNING"),
+                "log_errors": log.count("ERROR") + log.count("Traceback"),
+            },
+        }
+    except BaseException:
+        print(f"bench: run {index} master log tail:\n{log_tail(logfile)}", file=sys.stderr)
+        raise
+    finally:
+        if stopped is None:
+            stop_master(master, seen)
+
+
+# -- report --------------------------------------------------------------------
+def median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    modes: dict[str, Any] = {}
+    for track in (True, False):
+        mine = [r for r in runs if r["track_status"] is track]
+        modes["on" if track else "off"] = {
+            "runs": len(mine),
+            "jobs_per_s": [r["process"]["jobs_per_s"] for r in mine],
+            "median_jobs_per_s": median([r["process"]["jobs_per_s"] for r in mine]),
+            "median_jobs_per_s_from_master_start": median(
+                [r["process"]["jobs_per_s_from_master_start"] for r in mine]
+            ),
+            "median_enqueue_jobs_per_s": median([r["enqueue"]["jobs_per_s"] for r in mine]),
+            "median_redis_calls_per_job": median(
+                [r["process"]["redis_calls_per_job"] for r in mine]
+            ),
+            "median_enqueue_redis_calls_per_job": median(
+                [r["enqueue"]["redis_calls_per_job"] for r in mine]
+            ),
+            "median_bytes_per_1000_jobs": median(
+                [r["memory"]["bytes_per_1000_jobs"] for r in mine]
+            ),
+        }
+    on, off = modes["on"], modes["off"]
+
+    def cost(name: str) -> float | None:
+        if on[name] is None or not off[name]:
+            return None
+        return (off[name] - on[name]) / off[name] * 100
+
+    modes["cost_percent"] = {
+        "jobs_per_s": cost("median_jobs_per_s"),
+        "jobs_per_s_from_master_start": cost("median_jobs_per_s_from_master_start"),
+        "enqueue_jobs_per_s": cost("median_enqueue_jobs_per_s"),
+    }
+    # Each "on" run against the "off" run right after it: a slow drift of the
+    # machine (another load coming and going) cancels out within a pair.
+    pairs = [
+        (a, b) for a, b in itertools.pairwise(runs) if a["track_status"] and not b["track_status"]
+    ]
+    paired = [
+        (b["process"]["jobs_per_s"] - a["process"]["jobs_per_s"]) / b["process"]["jobs_per_s"] * 100
+        for a, b in pairs
+        if a["process"]["jobs_per_s"] and b["process"]["jobs_per_s"]
+    ]
+    modes["cost_percent_per_pair"] = paired
+    modes["cost_percent"]["jobs_per_s_median_of_pairs"] = median(paired)
+    modes["extra_redis_calls_per_job"] = (
+        on["median_redis_calls_per_job"] - off["median_redis_calls_per_job"]
+    )
+    modes["extra_bytes_per_1000_jobs"] = (
+        on["median_bytes_per_1000_jobs"] - off["median_bytes_per_1000_jobs"]
+    )
+    return modes
+
+
+def print_table(report: dict[str, Any]) -> None:
+    out = sys.stderr
+    m, c = report["machine"], report["config"]
+    print(
+        f"\njobmaster {m['jobmaster']}  python {m['python']}  redis {m['redis']}  "
+        f"nproc {m['nproc']}  processes {c['processes']} x concurrency {c['concurrency']}  "
+        f"{c['jobs']} no-op jobs per run",
+        file=out,
+    )
+    print(
+        f"\n  {'run':<4}{'track':<7}{'enqueue/s':>11}{'jobs/s':>9}{'from start':>12}"
+        f"{'calls/job':>11}{'enq calls':>11}{'KiB/1000':>10}{'stop s':>8}",
+        file=out,
+    )
+    for r in report["runs"]:
+        p, e = r["process"], r["enqueue"]
+        rate = p["jobs_per_s"]
+        print(
+            f"  {r['run']:<4}{'on' if r['track_status'] else 'off':<7}"
+            f"{e['jobs_per_s']:11.0f}{rate if rate is not None else float('nan'):9.0f}"
+            f"{p['jobs_per_s_from_master_start']:12.0f}{p['redis_calls_per_job']:11.2f}"
+            f"{e['redis_calls_per_job']:11.2f}"
+            f"{r['memory']['bytes_per_1000_jobs'] / 1024:10.1f}"
+            f"{r['master']['stop_s']:8.2f}",
+            file=out,
+        )
+    s = report["summary"]
+    on, off, cost = s["on"], s["off"], s["cost_percent"]
+
+    def row(label: str, name: str, cost_name: str | None, fmt: str) -> None:
+        pct = cost.get(cost_name) if cost_name else None
+        tail = f"{pct:+7.1f} %" if pct is not None else ""
+        print(
+            f"  {label:<32}{format(on[name], fmt):>10}{format(off[name], fmt):>10}  {tail}",
+            file=out,
+        )
+
+    print(f"\nMedians ({on['runs']} runs each){'on':>17}{'off':>10}  cost", file=out)
+    row("jobs/s, first to last", "median_jobs_per_s", "jobs_per_s", ".0f")
+    row(
+        "jobs/s, from master start",
+        "median_jobs_per_s_from_master_start",
+        "jobs_per_s_from_master_start",
+        ".0f",
+    )
+    pairs = ", ".join(f"{v:+.1f} %" for v in s["cost_percent_per_pair"])
+    if pairs:
+        print(
+            f"  {'cost per on/off pair':<32}{pairs}   median "
+            f"{cost['jobs_per_s_median_of_pairs']:+.1f} %",
+            file=out,
+        )
+    row("enqueue jobs/s (push_bulk)", "median_enqueue_jobs_per_s", "enqueue_jobs_per_s", ".0f")
+    row("Redis calls/job processed", "median_redis_calls_per_job", None, ".2f")
+    row("Redis calls/job enqueued", "median_enqueue_redis_calls_per_job", None, ".2f")
+    print(
+        f"  {'Redis KiB per 1,000 jobs kept':<32}{on['median_bytes_per_1000_jobs'] / 1024:10.1f}"
+        f"{off['median_bytes_per_1000_jobs'] / 1024:10.1f}",
+        file=out,
+    )
+    print(
+        "  (cost = throughput lost by turning tracking on: (off - on) / off; Redis calls "
+        "include the commands run inside Lua scripts)",
+        file=out,
+    )
+    sample = next(
+        (r["memory"]["memory_usage_sample"] for r in report["runs"] if r["track_status"]), None
+    )
+    if sample:
+        print(
+            f"  MEMORY USAGE of one status key {sample['status_key_bytes']} B, "
+            f"one attempts list {sample['attempts_list_bytes']} B",
+            file=out,
+        )
+    last = report["runs"][-1]["process"]["redis_calls_per_job_by_command"]
+    first = report["runs"][0]["process"]["redis_calls_per_job_by_command"]
+    names = sorted(set(first) | set(last), key=lambda n: -(first.get(n, 0) + last.get(n, 0)))
+    print(f"\n  Redis calls per job processed, by command  {'on':>6}{'off':>8}", file=out)
+    by_mode = {report["runs"][0]["track_status"]: first, report["runs"][-1]["track_status"]: last}
+    for name in names:
+        a, b = by_mode.get(True, {}).get(name, 0.0), by_mode.get(False, {}).get(name, 0.0)
+        if a >= 0.005 or b >= 0.005:
+            print(f"    {name:<40}{a:6.2f}{b:8.2f}", file=out)
+    print("", file=out)
+
+
+def machine_info(conn: redis.Redis) -> dict[str, Any]:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        affinity = os.cpu_count()
+    return {
+        "nproc": affinity,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "redis": conn.info("server")["redis_version"],
+        "redis_py": redis.__version__,
+        "jobmaster": jobmaster.__version__,
+    }
+
+
+# -- main ----------------------------------------------------------------------
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
+    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
+    try:
+        server.start()
+        url = server.url
+        conn = server.client()
+        machine = machine_info(conn)
+        order = [track for _ in range(args.runs) for track in (True, False)]
+        runs = []
+        for index, track in enumerate(order, 1):
+            runs.append(run_once(args, tmp, url, conn, index, track))
+            r = runs[-1]
+            print(
+                f"bench: run {index}/{len(order)} track_status={str(track).lower()}: "
+                f"{r['process']['jobs_per_s']:.0f} jobs/s, "
+                f"enqueue {r['enqueue']['jobs_per_s']:.0f} jobs/s",
+                file=sys.stderr,
+            )
+        return {
+            "machine": machine,
+            "config": {
+                "jobs": args.jobs,
+                "runs_per_mode": args.runs,
+                "processes": args.processes,
+                "concurrency": args.concurrency,
+                "status_ttl": STATUS_TTL,
+                "poll_interval_s": POLL_INTERVAL,
+                "job": JOB_NAME,
+            },
+            "summary": summarise(runs),
+            "runs": runs,
+        }
+    finally:
+        server.stop()
+        if args.keep_log:
+            print(f"bench: kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--jobs", type=int, default=20_000, help="no-op jobs per run")
+    parser.add_argument("--runs", type=int, default=3, help="runs per mode")
+    parser.add_argument("--processes", type=int, default=2, help="worker children")
+    parser.add_argument("--concurrency", type=int, default=8, help="threads per child")
+    parser.add_argument("--no-table", action="store_true", help="JSON on stdout only")
+    parser.add_argument("--keep-log", action="store_true", help="keep the temp dir and logs")
+    args = parser.parse_args(argv)
+    report = run(args)
+    if not args.no_table:
+        print_table(report)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

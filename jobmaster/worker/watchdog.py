@@ -1,0 +1,100 @@
+"""Job timeouts: raise JobTimeout in a job's thread, and give up on a stuck one.
+
+At a job's ``timeout`` the watchdog raises ``JobTimeout`` inside the job's
+thread (``PyThreadState_SetAsyncExc``): Python code stops at its next
+bytecode, the attempt fails and is retried like any failure. A thread stuck
+in C code (a CPU-bound extension, a blocking call) never reaches a bytecode,
+so ``timeout_grace`` seconds later the watchdog records the attempt as
+failed itself, marks the job abandoned (if the thread ever returns, it must
+not record it twice) and reports it, so the child can be recycled through
+the supervisor's graceful path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from jobmaster.errors import JobTimeout
+from jobmaster.worker.fetch import Unit
+
+log = logging.getLogger("jobmaster.worker.watchdog")
+
+TICK = 0.1  # seconds between looks: a timeout fires at most this late
+
+
+@dataclass
+class Armed:
+    unit: Unit
+    payload: dict[str, Any]
+    thread_id: int
+    timeout: float
+    deadline: float  # monotonic: raise JobTimeout
+    hard_deadline: float  # monotonic: give up on the thread
+    fired: bool = False
+
+
+def raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> None:
+    """Schedule ``exception`` in another thread (None cancels a pending one)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None
+    )
+
+
+class Watchdog(threading.Thread):
+    def __init__(
+        self, grace: float, on_stuck: Callable[[Armed], None], stop: threading.Event
+    ) -> None:
+        super().__init__(name="jobmaster-watchdog", daemon=True)
+        self.grace = grace
+        self.on_stuck = on_stuck
+        self.stop_event = stop
+        self._armed: dict[int, Armed] = {}  # thread id -> its running job
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def deadline(
+        self, unit: Unit, payload: dict[str, Any], timeout: float | None
+    ) -> Iterator[None]:
+        """Run the block under ``timeout`` seconds (None: no limit)."""
+        if not timeout:
+            yield
+            return
+        thread_id = threading.get_ident()
+        now = time.monotonic()
+        armed = Armed(unit, payload, thread_id, timeout, now + timeout, now + timeout + self.grace)
+        with self._lock:
+            self._armed[thread_id] = armed
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._armed.pop(thread_id, None)
+                if armed.fired:
+                    # The job ended as the exception was sent: it must not
+                    # surface later, in the processor's own code.
+                    raise_in_thread(thread_id, None)
+
+    def run(self) -> None:
+        while not self.stop_event.wait(TICK):
+            now = time.monotonic()
+            stuck = []
+            with self._lock:
+                for armed in list(self._armed.values()):
+                    if not armed.fired and now >= armed.deadline:
+                        armed.fired = True
+                        raise_in_thread(armed.thread_id, JobTimeout)
+                    elif armed.fired and now >= armed.hard_deadline:
+                        del self._armed[armed.thread_id]
+                        stuck.append(armed)
+            for armed in stuck:
+                try:
+                    self.on_stuck(armed)
+                except Exception:
+                    log.exception("could not handle a stuck job")
