@@ -109,6 +109,33 @@ class Client:
             names = sorted({str(p.get("job")) for p in batch})
             raise EnqueueError(f"could not enqueue {', '.join(names)}: {error}") from error
 
+    def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
+        """Push one unique job unless a job holds its lock (see unique.py); True if pushed."""
+        queue, jid = str(payload["queue"]), str(payload["jid"])
+        later = at is not None and float(at) > time.time()
+        payload["enqueued_at"] = time.time()
+        target = self.keys.scheduled if later else self.keys.queue(queue)
+        keys = [
+            self.keys.unique(str(payload["unique_digest"])),
+            target,
+            self.keys.queues,
+            self.keys.status(jid),
+        ]
+        args: list[Any] = [
+            jid,
+            ttl,
+            wire.encode(payload),
+            "zset" if later else "queue",
+            float(at or 0),
+            queue,
+            self.keys.wakeup_channel(queue),
+            self.status_ttl,
+        ]
+        try:
+            return bool(self.scripts.push_unique(keys=keys, args=args))
+        except redis.RedisError as error:
+            raise EnqueueError(f"could not enqueue {payload.get('job')}: {error}") from error
+
     def _push_now(self, payloads: list[dict[str, Any]]) -> None:
         now = time.time()
         by_queue: dict[str, list[dict[str, Any]]] = {}

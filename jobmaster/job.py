@@ -19,6 +19,7 @@ from jobmaster import payload as wire
 from jobmaster import registry
 from jobmaster.backoff import DEFAULT_RETRY, Backoff
 from jobmaster.client import Client, default_client
+from jobmaster.unique import UniqueArgs, check_mode, digest, lock_ttl
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,7 +42,8 @@ class JobOptions:
     retry: int | bool = DEFAULT_RETRY
     backoff: Backoff | None = None
     timeout: float | None = None
-    unique: Any = None
+    unique: Any = None  # "until_executed" | "until_started" | seconds (see unique.py)
+    unique_args: UniqueArgs | None = None
     # Called once the outcome is recorded: on_success(payload) after a success,
     # on_failure(payload, error) when the job failed for good (dead, or
     # dropped with retry=False). A hook that raises is logged, nothing more.
@@ -66,6 +68,9 @@ class JobOptions:
             or self.timeout <= 0
         ):
             raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
+        check_mode(self.unique)
+        if self.unique_args is not None and not callable(self.unique_args):
+            raise ValueError(f"unique_args must be a callable, got {self.unique_args!r}")
         for hook in ("on_success", "on_failure"):
             if getattr(self, hook) is not None and not callable(getattr(self, hook)):
                 raise ValueError(f"{hook} must be a callable, got {getattr(self, hook)!r}")
@@ -99,26 +104,29 @@ class BoundJob(Generic[P, R]):
         self.job = job
         self.job_options = options
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Push the job now; returns its jid."""
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Push the job now; returns its jid (None: a unique job's duplicate)."""
         return self._push(None, args, kwargs)
 
-    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Push the job to run ``seconds`` from now; returns its jid."""
+    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Push the job to run ``seconds`` from now; its jid (None: a duplicate)."""
         return self._push(time.time() + float(seconds), args, kwargs)
 
-    def enqueue_at(self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Push the job to run at ``when`` (a datetime or unix time); returns its jid."""
+    def enqueue_at(
+        self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs
+    ) -> str | None:
+        """Push the job to run at ``when`` (datetime or unix time); its jid, or None."""
         return self._push(unix_time(when), args, kwargs)
 
-    def _push(self, at: float | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    def _push(self, at: float | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        options = self.job_options
         built = wire.build(
             self.job.name,
             args,
             kwargs,
-            queue=self.job_options.queue,
-            retry=self.job_options.retry,
-            extra=self.job_options.payload_fields(),
+            queue=options.queue,
+            retry=options.retry,
+            extra=options.payload_fields(),
         )
         if INLINE.depth > 0:
             # Round-trip through JSON so the job sees what a worker would pass it.
@@ -126,6 +134,11 @@ class BoundJob(Generic[P, R]):
             self.job.func(*decoded["args"], **decoded["kwargs"])
             return str(built["jid"])
         client: Client = self.job.client or default_client()
+        if options.unique is not None:
+            built["unique"] = options.unique
+            built["unique_digest"] = digest(self.job.name, args, kwargs, options.unique_args)
+            pushed = client.push_unique(built, lock_ttl(options.unique), at=at)
+            return str(built["jid"]) if pushed else None
         client.push_payloads([built], at=at)
         return str(built["jid"])
 
@@ -152,16 +165,18 @@ class JobFunction(Generic[P, R]):
             raise TypeError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))}")
         return BoundJob(self, replace(self.job_options, **overrides))
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Push the job now; returns its jid."""
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Push the job now; returns its jid (None: a unique job's duplicate)."""
         return BoundJob(self, self.job_options).enqueue(*args, **kwargs)
 
-    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Push the job to run ``seconds`` from now; returns its jid."""
+    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Push the job to run ``seconds`` from now; its jid (None: a duplicate)."""
         return BoundJob(self, self.job_options).enqueue_in(seconds, *args, **kwargs)
 
-    def enqueue_at(self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Push the job to run at ``when`` (a datetime or unix time); returns its jid."""
+    def enqueue_at(
+        self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs
+    ) -> str | None:
+        """Push the job to run at ``when`` (datetime or unix time); its jid, or None."""
         return BoundJob(self, self.job_options).enqueue_at(when, *args, **kwargs)
 
     def __repr__(self) -> str:
@@ -181,6 +196,7 @@ def job(
     backoff: Backoff | None = None,
     timeout: float | None = None,
     unique: Any = None,
+    unique_args: UniqueArgs | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
@@ -196,6 +212,7 @@ def job(
     backoff: Backoff | None = None,
     timeout: float | None = None,
     unique: Any = None,
+    unique_args: UniqueArgs | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
@@ -210,6 +227,7 @@ def job(
         backoff=backoff,
         timeout=timeout,
         unique=unique,
+        unique_args=unique_args,
         on_success=on_success,
         on_failure=on_failure,
     )

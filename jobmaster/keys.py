@@ -87,6 +87,10 @@ class Keys:
         """What FETCH prepends to a jid it reads from a payload (same hash tag)."""
         return f"{self.prefix}status:"
 
+    def unique(self, digest: str) -> str:
+        """A unique job's lock: holds the jid that owns it, always with a TTL."""
+        return f"{self.prefix}unique:{digest}"
+
     def attempts(self, jid: str) -> str:
         """List of a job's attempts (JSON), expiring with its status."""
         return f"{self.prefix}attempts:{jid}"

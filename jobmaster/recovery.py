@@ -22,6 +22,7 @@ from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.keys import Keys
 from jobmaster.scripts import Scripts
+from jobmaster.unique import MODES
 
 log = logging.getLogger("jobmaster.recovery")
 
@@ -158,7 +159,16 @@ class Recovery:
         )
         if moved:
             report.buried.append(str(entry.get("jid")))
+            self._release_unique(entry)
             log.error("buried jid=%s: %s", entry.get("jid"), entry.get("dead_reason"))
+
+    def _release_unique(self, entry: dict[str, Any]) -> None:
+        """A buried job (a poison pill) will not run again: free its unique lock."""
+        lock = entry.get("unique_digest")
+        if entry.get("unique") in MODES and isinstance(lock, str):
+            self.scripts.unlock(
+                keys=[self.keys.unique(lock)], args=[str(entry.get("jid")), "release", 0]
+            )
 
     def requeue_all(self, identity: str, *, triage: Triage | None = None) -> RecoveryReport:
         """Requeue everything in ``identity``'s in-progress list."""

@@ -66,13 +66,15 @@ return nil
 # KEYS[1] in-progress list, KEYS[2] processed total, KEYS[3] processed today,
 # KEYS[4] failed total, KEYS[5] failed today, KEYS[6] target sorted set
 #   (retry or dead; any key when ARGV[4] is ''), KEYS[7] the job's status key,
-# KEYS[8] the job's attempts list
+# KEYS[8] the job's attempts list, KEYS[9] its unique lock (any key when
+#   ARGV[12] is '')
 # ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed else 0,
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
 # ARGV[5] payload to store in the target, ARGV[6] its score,
 # ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go),
 # ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON),
-# ARGV[11] status TTL (s)
+# ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
+# (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend)
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH = """
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
@@ -95,6 +97,13 @@ if ARGV[9] ~= '' then
   redis.call('SET', KEYS[7], ARGV[9], 'EX', ARGV[11])
   redis.call('RPUSH', KEYS[8], ARGV[10])
   redis.call('EXPIRE', KEYS[8], ARGV[11])
+end
+if ARGV[12] ~= '' and redis.call('GET', KEYS[9]) == ARGV[13] then
+  if ARGV[12] == 'release' then
+    redis.call('DEL', KEYS[9])
+  else
+    redis.call('EXPIRE', KEYS[9], ARGV[14])
+  end
 end
 return removed
 """
@@ -174,6 +183,45 @@ return pushed
 """
 
 
+# PUSH_UNIQUE: enqueue (or schedule) one unique job only if no job holds its
+# lock, taking the lock in the same step: two producers racing cannot both
+# enqueue it.
+# KEYS[1] the unique lock, KEYS[2] queue list or scheduled set,
+# KEYS[3] set of queue names, KEYS[4] the job's status key
+# ARGV[1] jid, ARGV[2] lock TTL (s), ARGV[3] payload, ARGV[4] 'queue' | 'zset',
+# ARGV[5] score (zset), ARGV[6] queue name, ARGV[7] wakeup channel,
+# ARGV[8] status TTL (s, 0 = off)
+# Returns 1 if enqueued, 0 if a job already holds the lock.
+PUSH_UNIQUE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
+if ARGV[4] == 'zset' then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
+  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'scheduled', 'EX', ARGV[8]) end
+else
+  redis.call('LPUSH', KEYS[2], ARGV[3])
+  redis.call('SADD', KEYS[3], ARGV[6])
+  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'queued', 'EX', ARGV[8]) end
+  redis.call('PUBLISH', ARGV[7], 1)
+end
+return 1
+"""
+
+# UNLOCK: release a unique job's lock, or extend it, only if this job holds it
+# (a lock that expired and was taken by a newer job is not ours to touch).
+# KEYS[1] the unique lock
+# ARGV[1] jid, ARGV[2] 'release' | 'extend', ARGV[3] new TTL (s, for extend)
+# Returns 1 if the lock was ours.
+UNLOCK = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == 'release' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+
+
 class Scripts:
     """The scripts registered on one Redis client."""
 
@@ -183,3 +231,5 @@ class Scripts:
         self.finish = client.register_script(FINISH)
         self.transfer = client.register_script(TRANSFER)
         self.periodic = client.register_script(PERIODIC)
+        self.push_unique = client.register_script(PUSH_UNIQUE)
+        self.unlock = client.register_script(UNLOCK)

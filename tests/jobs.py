@@ -172,3 +172,26 @@ def hooked(marker: str, fail: bool) -> None:
 @jobmaster.job(name="tests.bad_hook", on_success=_hook_raises)
 def bad_hook(marker: str) -> None:
     record.func(marker)
+
+
+@jobmaster.job(name="tests.unique_exec", unique="until_executed")
+def unique_exec(marker: str, seconds: float = 0.0) -> None:
+    record.func(marker, seconds)
+
+
+@jobmaster.job(name="tests.unique_started", unique="until_started")
+def unique_started(marker: str, seconds: float = 0.0) -> None:
+    record.func(marker, seconds)
+
+
+@jobmaster.job(name="tests.unique_retry", unique="until_executed", retry=1, backoff=2)
+def unique_retry(marker: str) -> None:
+    store().hincrby("test:attempts", marker, 1)
+    raise ValueError("fails, so it waits out a retry")
+
+
+@jobmaster.job(
+    name="tests.unique_by_user", unique="until_executed", unique_args=lambda args, kwargs: [args[0]]
+)
+def unique_by_user(user_id: int, note: str) -> None:
+    record.func(f"{user_id}:{note}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
@@ -24,16 +25,26 @@ from jobmaster.worker.outcome import (
     decide_failure,
     succeeded,
     with_hook,
+    with_unique,
 )
 from jobmaster.worker.watchdog import Watchdog
 
 log = logging.getLogger("jobmaster.worker.executor")
 
 
-def execute(unit: Unit, watchdog: Watchdog | None = None) -> Outcome:
-    """Run the job in ``unit`` in this thread and say how it ended (and when)."""
+OnStart = Callable[[dict[str, Any]], None]
+
+
+def execute(
+    unit: Unit, watchdog: Watchdog | None = None, on_start: OnStart | None = None
+) -> Outcome:
+    """Run the job in ``unit`` in this thread and say how it ended (and when).
+
+    ``on_start(payload)`` runs just before the job's code (an ``until_started``
+    unique job's lock is released there).
+    """
     started = time.time()
-    return replace(_run(unit, watchdog), started_at=started, ended_at=time.time())
+    return replace(_run(unit, watchdog, on_start), started_at=started, ended_at=time.time())
 
 
 def timeout_of(payload: dict[str, Any], job: JobFunction[..., Any]) -> float | None:
@@ -44,7 +55,7 @@ def timeout_of(payload: dict[str, Any], job: JobFunction[..., Any]) -> float | N
     return job.job_options.timeout
 
 
-def _run(unit: Unit, watchdog: Watchdog | None) -> Outcome:
+def _run(unit: Unit, watchdog: Watchdog | None, on_start: OnStart | None) -> Outcome:
     try:
         payload = wire.decode(unit.raw)
     except wire.BadPayload as error:
@@ -56,6 +67,8 @@ def _run(unit: Unit, watchdog: Watchdog | None) -> Outcome:
     log.debug("start", extra=context)
     started = time.monotonic()
     timeout = timeout_of(payload, job)
+    if on_start is not None:
+        on_start(payload)
     try:
         with watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext():
             job.func(*payload["args"], **payload["kwargs"])
@@ -65,9 +78,9 @@ def _run(unit: Unit, watchdog: Watchdog | None) -> Outcome:
         options = job.job_options
         outcome = decide_failure(payload, error, options.backoff, time.time(), options.retry)
         _log_failure(outcome, context, time.monotonic() - started)
-        return with_hook(outcome, payload, options, error)
+        return with_hook(with_unique(outcome, payload), payload, options, error)
     log.debug("done in %.1f ms", (time.monotonic() - started) * 1000, extra=context)
-    return with_hook(succeeded(payload), payload, job.job_options, None)
+    return with_hook(with_unique(succeeded(payload), payload), payload, job.job_options, None)
 
 
 def _buried(unit: Unit, reason: str) -> Outcome:

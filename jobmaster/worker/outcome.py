@@ -23,6 +23,7 @@ from jobmaster import payload as wire
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import Permanent
 from jobmaster.job import JobOptions
+from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
 
 log = logging.getLogger("jobmaster.worker.outcome")
@@ -52,6 +53,7 @@ class Outcome:
     error: str = ""  # "ErrorClass: message", for the attempts history
     # The job's on_success/on_failure, bound to this outcome: run once it is recorded.
     hook: Callable[[], Any] | None = None
+    unique_digest: str | None = None  # an until_executed job's lock, to release or extend
 
     @property
     def status(self) -> str:
@@ -136,6 +138,14 @@ def decide_failure(
     )
 
 
+def with_unique(outcome: Outcome, payload: dict[str, Any]) -> Outcome:
+    """Name the lock an ``until_executed`` job holds, for FINISH to release or extend."""
+    lock = payload.get("unique_digest")
+    if payload.get("unique") == UNTIL_EXECUTED and isinstance(lock, str):
+        return replace(outcome, unique_digest=lock)
+    return outcome
+
+
 def with_hook(
     outcome: Outcome,
     payload: dict[str, Any],
@@ -176,6 +186,11 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     keys, now = ctx.keys, time.time()
     day = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc).date()
     target = {"retry": keys.retry, "dead": keys.dead}.get(outcome.kind, keys.dead)
+    lock_action, lock_ttl = "", 0
+    if outcome.unique_digest is not None:
+        # Kept through a retry's wait (extended past it), released at the end.
+        lock_action = "extend" if outcome.kind == "retry" else "release"
+        lock_ttl = round(max(0.0, outcome.score - now)) + LOCK_TTL
     limits = ctx.dead_limits
     call_keys = [
         ctx.inprogress_key,
@@ -186,6 +201,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         target,
         keys.status(outcome.jid),
         keys.attempts(outcome.jid),
+        keys.unique(outcome.unique_digest or "-"),
     ]
     error_class, _, error_message = outcome.error.partition(": ")
     attempt = {
@@ -208,6 +224,9 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         outcome.status if ctx.status_ttl else "",
         json.dumps(attempt),
         ctx.status_ttl or 1,
+        lock_action,
+        outcome.jid,
+        lock_ttl,
     ]
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1

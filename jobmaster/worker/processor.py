@@ -11,10 +11,11 @@ import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 
+from jobmaster.unique import UNTIL_STARTED
 from jobmaster.worker.executor import execute
 from jobmaster.worker.loop import OUTAGE_BACKOFF, OutageLog
 from jobmaster.worker.outcome import record, run_hook
@@ -56,10 +57,22 @@ class Processor(threading.Thread):
             else:
                 self.process(unit)
 
+    def starting(self, payload: dict[str, Any]) -> None:
+        """An ``until_started`` unique job frees its lock as it starts."""
+        lock = payload.get("unique_digest")
+        if payload.get("unique") != UNTIL_STARTED or not isinstance(lock, str):
+            return
+        try:
+            self.ctx.scripts.unlock(
+                keys=[self.ctx.keys.unique(lock)], args=[payload["jid"], "release", 0]
+            )
+        except redis.RedisError as error:  # it expires on its own (a bounded TTL)
+            log.warning("could not release the unique lock of jid=%s: %s", payload["jid"], error)
+
     def process(self, unit: Unit) -> None:
         self.manager.started(unit)
         try:
-            outcome = execute(unit, self.manager.watchdog)
+            outcome = execute(unit, self.manager.watchdog, self.starting)
             if not self.manager.abandoned(unit) and record(self.ctx, unit.raw, outcome):
                 run_hook(outcome)  # else the watchdog recorded it (and ran it)
         except Exception as error:

@@ -65,6 +65,7 @@ def finish(
         K.retry if target == "retry" else K.dead,
         K.status("j1"),
         K.attempts("j1"),
+        K.unique("d1"),
     ]
     attempt = '{"outcome": "complete"}'
     args = [
@@ -79,6 +80,9 @@ def finish(
         "complete",
         attempt,
         60,
+        "",
+        "j1",
+        0,
     ]
     return int(scripts.finish(keys=keys, args=args))
 

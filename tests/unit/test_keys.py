@@ -34,6 +34,7 @@ def all_keys(keys: Keys) -> list[str]:
         "identity": "host:123:abc",
         "day": day,
         "jid": "0123456789abcdef01234567",
+        "digest": "0123456789abcdef0123456789abcdef",
     }
     names: list[str] = []
     for attribute, member in inspect.getmembers(Keys):
