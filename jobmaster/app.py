@@ -9,7 +9,9 @@ import sys
 import traceback
 
 from jobmaster import registry
+from jobmaster.config import Config
 from jobmaster.errors import JobmasterError
+from jobmaster.middleware import base as middleware
 
 log = logging.getLogger("jobmaster.app")
 
@@ -38,3 +40,10 @@ def import_app(modules: list[str]) -> list[str]:
                 f"cannot import app module {module!r}: {type(error).__name__}: {error}{where}"
             ) from error
     return registry.names()
+
+
+def load_app(config: Config) -> list[str]:
+    """Import the app modules, then install the config's middleware."""
+    names = import_app(config.app)
+    middleware.load(config.middleware, source=config.source or "config")
+    return names

@@ -21,7 +21,7 @@ import click
 import redis
 
 from jobmaster import exitcodes
-from jobmaster.app import AppImportError, import_app
+from jobmaster.app import AppImportError, load_app
 from jobmaster.client import Client
 from jobmaster.config import Config, load_config
 from jobmaster.connection import check_version, connect
@@ -153,7 +153,7 @@ def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
         embedded.start()
     try:
         if config.preload:
-            import_app(config.app)  # before forking: children share its memory
+            load_app(config)  # before forking: children share its memory
         yield embedded
     finally:
         if embedded is not None:
@@ -167,7 +167,7 @@ def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
 def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     """Validate the config, import the app, reach Redis; print what would run."""
     config = load(config_file, overrides)
-    jobs = import_app(config.app)
+    jobs = load_app(config)
     lines = [
         f"config:      {config.source or '(none: defaults and environment)'}",
         f"app:         {', '.join(config.app) or '(none)'}",
@@ -176,6 +176,8 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
         f"queues:      {', '.join(config.queues)}{' (strict order)' if config.strict else ''}",
         f"namespace:   {config.namespace}",
     ]
+    if config.secret_key:  # how many keys, never the keys
+        lines.append(f"secret_key:  {len(config.secret_key)} key(s), the first one encrypts")
     if config.redis_url == "embedded":
         lines.append(f"redis:       embedded, in {config.data_dir} (started by `jobmaster run`)")
     else:
@@ -230,7 +232,9 @@ def enqueue(
 
         item["at"] = time.time() + delay
     jid = client.push(item)
-    click.echo(json.dumps({"jid": jid}) if as_json else jid)
+    click.echo(
+        json.dumps({"jid": jid}) if as_json else jid or "not enqueued (a middleware dropped it)"
+    )
 
 
 # -- jobmaster periodic ----------------------------------------------------------

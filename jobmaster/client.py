@@ -18,10 +18,12 @@ from typing import Any
 
 import redis
 
+from jobmaster import crypto
 from jobmaster import payload as wire
 from jobmaster.connection import connect
 from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
+from jobmaster.middleware import base as hooks
 from jobmaster.scripts import Scripts
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -53,14 +55,15 @@ class Client:
         self.status_ttl = round(status_ttl)  # 0: status tracking off
 
     # -- dict API, for producers that don't import the job ---------------
-    def push(self, item: Mapping[str, Any]) -> str:
+    def push(self, item: Mapping[str, Any]) -> str | None:
         """Enqueue one job from ``{"job", "args", "kwargs", "queue", "retry", "at"}``.
 
-        Other keys are copied into the payload. Returns the jid.
+        Other keys are copied into the payload. Returns the jid (None if a
+        client middleware dropped the job).
         """
         payload = self._payload_from_item(item, item.get("args", []), item.get("kwargs", {}))
-        self.push_payloads([payload], at=item.get("at"))
-        return str(payload["jid"])
+        pushed = self.push_payloads([payload], at=item.get("at"))
+        return str(pushed[0]["jid"]) if pushed else None
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
         """Enqueue many jobs of one kind: ``item["args"]`` is a list of argument lists.
@@ -75,8 +78,7 @@ class Client:
             raise TypeError("push_bulk: 'args' must be a list of argument lists")
         kwargs = item.get("kwargs", {})
         payloads = [self._payload_from_item(item, args, kwargs) for args in arg_lists]
-        self.push_payloads(payloads, at=item.get("at"))
-        return [str(p["jid"]) for p in payloads]
+        return [str(p["jid"]) for p in self.push_payloads(payloads, at=item.get("at"))]
 
     def _payload_from_item(
         self, item: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -97,9 +99,14 @@ class Client:
         return wire.build(job, args, kwargs, queue=str(item.get("queue", "default")), extra=extra)
 
     # -- payloads, for the job API ---------------------------------------
-    def push_payloads(self, payloads: Iterable[dict[str, Any]], at: float | None = None) -> None:
-        """Push built payloads now, or into the scheduled set if ``at`` is in the future."""
-        batch = list(payloads)
+    def push_payloads(
+        self, payloads: Iterable[dict[str, Any]], at: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Push built payloads now, or into the scheduled set if ``at`` is in the
+        future, after the client middleware; returns the payloads pushed."""
+        batch = [p for p in map(hooks.before_enqueue, payloads) if p is not None]
+        if not batch:
+            return []
         try:
             if at is not None and float(at) > time.time():
                 self._schedule(batch, float(at))
@@ -108,9 +115,14 @@ class Client:
         except redis.RedisError as error:
             names = sorted({str(p.get("job")) for p in batch})
             raise EnqueueError(f"could not enqueue {', '.join(names)}: {error}") from error
+        return batch
 
     def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
         """Push one unique job unless a job holds its lock (see unique.py); True if pushed."""
+        changed = hooks.before_enqueue(payload)
+        if changed is None:
+            return False
+        payload = changed
         queue, jid = str(payload["queue"]), str(payload["jid"])
         later = at is not None and float(at) > time.time()
         payload["enqueued_at"] = time.time()
@@ -200,12 +212,13 @@ def configure(
     *,
     namespace: str | None = None,
     config: str | os.PathLike[str] | None = None,
+    secret_key: str | Sequence[str] | None = None,
 ) -> Client:
     """Set where ``job.enqueue`` pushes: a URL, or the same config file the workers use.
 
     With ``config``, the file's ``redis_url``, ``namespace`` and ``data_dir``
     apply (so ``redis_url = "embedded"`` reaches the workers' embedded Redis);
-    explicit arguments win.
+    explicit arguments win. ``secret_key`` (else the file's) seals ``encrypt=True`` jobs.
     """
     global _default
     data_dir: str | Path = ".jobmaster"
@@ -218,6 +231,13 @@ def configure(
         namespace = namespace or loaded.namespace
         data_dir = loaded.data_dir
         status_ttl = loaded.status_ttl if loaded.track_status else 0.0
+        secret_key = loaded.secret_key if secret_key is None else secret_key
+    if secret_key is not None:
+        crypto.set_keys(secret_key)
+    if redis_url is None and namespace is None and config is None:
+        # Only keys were given: keep (or lazily make) the client in place
+        # rather than quietly replacing it with one built from the environment.
+        return default_client()
     client = Client(
         redis_url, namespace=namespace or "jobmaster", data_dir=data_dir, status_ttl=status_ttl
     )

@@ -58,6 +58,7 @@ class Config:
     """The settings in force, one attribute per entry of ``SETTINGS``."""
 
     app: list[str] = field(default_factory=_default("app"))
+    middleware: list[str] = field(default_factory=_default("middleware"))
     redis_url: str = field(default_factory=_default("redis_url"))
     processes: int = field(default_factory=usable_cpus)
     concurrency: int = field(default_factory=_default("concurrency"))
@@ -84,6 +85,8 @@ class Config:
     dead_max_jobs: int = field(default_factory=_default("dead_max_jobs"))
     dead_max_days: float = field(default_factory=_default("dead_max_days"))
     poll_interval: float = field(default_factory=_default("poll_interval"))
+    # Never in the repr: a logged or printed Config must not leak the keys.
+    secret_key: list[str] = field(default_factory=_default("secret_key"), repr=False)
     source: str | None = None
     periodic: dict[str, PeriodicEntry] = field(default_factory=dict)
 

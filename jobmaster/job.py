@@ -11,14 +11,15 @@ import datetime
 import functools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from jobmaster import crypto, registry
 from jobmaster import payload as wire
-from jobmaster import registry
 from jobmaster.backoff import DEFAULT_RETRY, Backoff
 from jobmaster.client import Client, default_client
+from jobmaster.middleware.base import Middleware
 from jobmaster.unique import UniqueArgs, check_mode, digest, lock_ttl
 
 P = ParamSpec("P")
@@ -44,6 +45,8 @@ class JobOptions:
     timeout: float | None = None
     unique: Any = None  # "until_executed" | "until_started" | seconds (see unique.py)
     unique_args: UniqueArgs | None = None
+    middleware: tuple[Middleware, ...] = ()  # server middleware for this job only
+    encrypt: bool = False  # arguments sealed with secret_key (crypto.py)
     # Called once the outcome is recorded: on_success(payload) after a success,
     # on_failure(payload, error) when the job failed for good (dead, or
     # dropped with retry=False). A hook that raises is logged, nothing more.
@@ -69,6 +72,10 @@ class JobOptions:
         ):
             raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
         check_mode(self.unique)
+        object.__setattr__(self, "middleware", tuple(self.middleware))
+        for item in self.middleware:
+            if not isinstance(item, Middleware):
+                raise ValueError(f"middleware must be Middleware instances, got {item!r}")
         if self.unique_args is not None and not callable(self.unique_args):
             raise ValueError(f"unique_args must be a callable, got {self.unique_args!r}")
         for hook in ("on_success", "on_failure"):
@@ -133,14 +140,16 @@ class BoundJob(Generic[P, R]):
             decoded = json.loads(wire.encode(built))
             self.job.func(*decoded["args"], **decoded["kwargs"])
             return str(built["jid"])
+        if options.encrypt:  # after the inline run: that one gets the plain arguments
+            crypto.seal_payload(built)
         client: Client = self.job.client or default_client()
         if options.unique is not None:
             built["unique"] = options.unique
             built["unique_digest"] = digest(self.job.name, args, kwargs, options.unique_args)
-            pushed = client.push_unique(built, lock_ttl(options.unique), at=at)
-            return str(built["jid"]) if pushed else None
-        client.push_payloads([built], at=at)
-        return str(built["jid"])
+            locked = client.push_unique(built, lock_ttl(options.unique), at=at)
+            return str(built["jid"]) if locked else None
+        pushed = client.push_payloads([built], at=at)
+        return str(built["jid"]) if pushed else None  # None: a client middleware dropped it
 
 
 class JobFunction(Generic[P, R]):
@@ -197,6 +206,8 @@ def job(
     timeout: float | None = None,
     unique: Any = None,
     unique_args: UniqueArgs | None = None,
+    middleware: Sequence[Middleware] = (),
+    encrypt: bool = False,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
@@ -213,6 +224,8 @@ def job(
     timeout: float | None = None,
     unique: Any = None,
     unique_args: UniqueArgs | None = None,
+    middleware: Sequence[Middleware] = (),
+    encrypt: bool = False,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
@@ -228,6 +241,8 @@ def job(
         timeout=timeout,
         unique=unique,
         unique_args=unique_args,
+        middleware=tuple(middleware),
+        encrypt=encrypt,
         on_success=on_success,
         on_failure=on_failure,
     )

@@ -68,19 +68,22 @@ return nil
 #   (retry or dead; any key when ARGV[4] is ''), KEYS[7] the job's status key,
 # KEYS[8] the job's attempts list, KEYS[9] its unique lock (any key when
 #   ARGV[12] is '')
-# ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed else 0,
+# ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed, 0 if not,
+#   '-' if it did not run (deferred by middleware: not counted at all),
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
 # ARGV[5] payload to store in the target, ARGV[6] its score,
 # ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go),
-# ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON),
+# ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON; '' = none),
 # ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
 # (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend)
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH = """
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
-redis.call('INCR', KEYS[2])
-redis.call('INCR', KEYS[3])
-redis.call('EXPIRE', KEYS[3], ARGV[3])
+if ARGV[2] ~= '-' then
+  redis.call('INCR', KEYS[2])
+  redis.call('INCR', KEYS[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
 if ARGV[2] == '1' then
   redis.call('INCR', KEYS[4])
   redis.call('INCR', KEYS[5])
@@ -95,8 +98,10 @@ if ARGV[4] ~= '' then
 end
 if ARGV[9] ~= '' then
   redis.call('SET', KEYS[7], ARGV[9], 'EX', ARGV[11])
-  redis.call('RPUSH', KEYS[8], ARGV[10])
-  redis.call('EXPIRE', KEYS[8], ARGV[11])
+  if ARGV[10] ~= '' then
+    redis.call('RPUSH', KEYS[8], ARGV[10])
+    redis.call('EXPIRE', KEYS[8], ARGV[11])
+  end
 end
 if ARGV[12] ~= '' and redis.call('GET', KEYS[9]) == ARGV[13] then
   if ARGV[12] == 'release' then

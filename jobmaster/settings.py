@@ -163,6 +163,15 @@ def _items(value: object, what: str) -> list[str]:
     return [part.strip() for item in value for part in item.split(",") if part.strip()]
 
 
+def import_paths(value: object) -> list[str]:
+    """``module:Class`` (or ``module.Class``) entries, e.g. for middleware."""
+    items = _items(value, "import paths")
+    for item in items:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*[:.][A-Za-z_]\w*", item):
+            raise ValueError(f'must be "module:Class" entries, got {item!r}')
+    return items
+
+
 def modules(value: object) -> list[str]:
     names = _items(value, "module names")
     for name in names:
@@ -251,6 +260,28 @@ def crash_queue(value: object) -> str:
     return queue_name(text) if text else ""
 
 
+MIN_SECRET_LENGTH = 16
+
+
+def secret_keys(value: object) -> list[str]:
+    """Secrets, first one sealing: a list, or one string split on commas (env values).
+
+    Messages never echo the value: it is a secret, and errors end up in logs.
+    """
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"must be a string or a list of strings, got a {type(value).__name__}")
+    keys = [item.strip() for item in value if item.strip()]
+    for number_, key in enumerate(keys, 1):
+        if len(key) < MIN_SECRET_LENGTH:
+            raise ValueError(
+                f"each key must be at least {MIN_SECRET_LENGTH} random characters, "
+                f"key {number_} has {len(key)}"
+            )
+    return keys
+
+
 # --- the table -----------------------------------------------------------------
 
 _ALL = [
@@ -260,6 +291,13 @@ _ALL = [
         help="Modules to import (in the master, before forking) that define the jobs.",
         parse=modules,
         cli=("-a", "--app"),
+        multiple=True,
+    ),
+    Setting(
+        name="middleware",
+        default=[],
+        help='Middleware for every job, as "module:Class" (instantiated without arguments).',
+        parse=import_paths,
         multiple=True,
     ),
     Setting(
@@ -436,6 +474,15 @@ _ALL = [
         default=1.0,
         help="Seconds between polls of the scheduled and retry sets.",
         parse=number(0, exclusive=True),
+    ),
+    Setting(
+        name="secret_key",
+        default=[],
+        help="Secret(s) that encrypt the arguments of `encrypt=True` jobs: the first "
+        "encrypts, all decrypt (a list, or comma-separated). Never shown.",
+        parse=secret_keys,
+        env="JOBMASTER_SECRET_KEY",
+        default_doc="none",
     ),
 ]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from jobmaster import crypto, registry
 from jobmaster import payload as wire
-from jobmaster import registry
 from jobmaster.client import Client, default_client
 from jobmaster.connection import byte_list
 from jobmaster.job import INLINE
@@ -50,5 +50,6 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
         job = registry.lookup(payload["job"])
         if job is None:
             raise LookupError(f"no job registered as {payload['job']!r}")
-        job.func(*payload["args"], **payload["kwargs"])
+        args, kwargs = crypto.arguments(payload)  # an encrypt=True job's, opened
+        job.func(*args, **kwargs)
         ran += 1

@@ -7,6 +7,7 @@ must never be touched (a FLUSHALL there would wipe someone else's data).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -23,6 +24,26 @@ def _assert_private(url: str) -> str:
     parsed = urlparse(url)
     assert parsed.port != helpers.FORBIDDEN_PORT, f"refusing to use the shared Redis: {url}"
     return url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_default_redis() -> Iterator[None]:
+    """Point the producer's environment fallbacks at a port nobody listens on.
+
+    A test that forgets to pass its private server's URL must fail, not
+    quietly write to the shared Redis on 6379 (which the defaults would reach).
+    """
+    nowhere = "redis://127.0.0.1:1/0"
+    saved = {name: os.environ.get(name) for name in ("JOBMASTER_REDIS_URL", "REDIS_URL")}
+    os.environ["JOBMASTER_REDIS_URL"] = os.environ["REDIS_URL"] = nowhere
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture

@@ -195,3 +195,12 @@ def unique_retry(marker: str) -> None:
 )
 def unique_by_user(user_id: int, note: str) -> None:
     record.func(f"{user_id}:{note}")
+
+
+@jobmaster.job(name="tests.encrypted", encrypt=True, retry=1, backoff=0)
+def encrypted(marker: str, *, card: str, fail: bool = False) -> None:
+    """Arguments sealed with secret_key; records what it was called with."""
+    store().hincrby("test:attempts", marker, 1)
+    if fail:
+        raise RuntimeError("failing on purpose, so the retry set holds the payload")
+    store().hset("test:encrypted", marker, card)

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from jobmaster import exitcodes
-from jobmaster.app import AppImportError, import_app
+from jobmaster.app import AppImportError, load_app
 from jobmaster.config import Config
 from jobmaster.log import set_process_fields
 from jobmaster.proctitle import child_title, set_title
@@ -89,7 +89,7 @@ def _child_main(
         set_process_fields(child=index)
         set_title(child_title(index, 0, config.concurrency, config.queue_names, "starting"))
         if not config.preload:
-            import_app(config.app)
+            load_app(config)
         from jobmaster.worker.child import serve  # after fork: the worker side, child only
 
         identity = Identity(nonce=nonce, master_pid=master_pid, index=index)

@@ -14,15 +14,19 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
+from jobmaster import crypto, registry
 from jobmaster import payload as wire
-from jobmaster import registry
 from jobmaster.errors import JobTimeout
 from jobmaster.job import JobFunction
+from jobmaster.middleware import base as hooks
+from jobmaster.middleware.base import Defer, JobContext
+from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Unit
 from jobmaster.worker.outcome import (
     Outcome,
     bad_payload,
     decide_failure,
+    deferred,
     succeeded,
     with_hook,
     with_unique,
@@ -36,7 +40,10 @@ OnStart = Callable[[dict[str, Any]], None]
 
 
 def execute(
-    unit: Unit, watchdog: Watchdog | None = None, on_start: OnStart | None = None
+    unit: Unit,
+    watchdog: Watchdog | None = None,
+    on_start: OnStart | None = None,
+    ctx: WorkerContext | None = None,
 ) -> Outcome:
     """Run the job in ``unit`` in this thread and say how it ended (and when).
 
@@ -44,7 +51,8 @@ def execute(
     unique job's lock is released there).
     """
     started = time.time()
-    return replace(_run(unit, watchdog, on_start), started_at=started, ended_at=time.time())
+    outcome = _run(unit, watchdog, on_start, ctx)
+    return replace(outcome, started_at=started, ended_at=time.time())
 
 
 def timeout_of(payload: dict[str, Any], job: JobFunction[..., Any]) -> float | None:
@@ -55,32 +63,60 @@ def timeout_of(payload: dict[str, Any], job: JobFunction[..., Any]) -> float | N
     return job.job_options.timeout
 
 
-def _run(unit: Unit, watchdog: Watchdog | None, on_start: OnStart | None) -> Outcome:
+def _run(
+    unit: Unit, watchdog: Watchdog | None, on_start: OnStart | None, ctx: WorkerContext | None
+) -> Outcome:
     try:
         payload = wire.decode(unit.raw)
+        arguments = crypto.arguments(payload)  # opened if sealed; a DecryptError is a BadPayload
     except wire.BadPayload as error:
         return _buried(unit, str(error))
     job = registry.lookup(payload["job"])
     if job is None:
         return _buried(unit, f"no job registered as {payload['job']!r}")
     context = {"jid": payload["jid"], "job": job.name, "queue": unit.queue}
+    chain = [*hooks.installed(), *job.job_options.middleware]
+    around = None
+    if chain and ctx is not None:
+        around = JobContext(payload, unit.queue, ctx.name, ctx.redis, ctx.keys, ctx.scripts)
+        try:
+            hooks.before_process(chain, around)
+        except Defer as held:
+            log.info("held back for %.1fs: %s", held.seconds, held, extra=context)
+            return with_unique(deferred(payload, held.seconds, str(held), time.time()), payload)
     log.debug("start", extra=context)
+    outcome, raised = _call(job, payload, unit, watchdog, on_start, context, arguments)
+    if around is not None:
+        hooks.after_process(chain, around, raised)
+    return outcome
+
+
+def _call(
+    job: JobFunction[..., Any],
+    payload: dict[str, Any],
+    unit: Unit,
+    watchdog: Watchdog | None,
+    on_start: OnStart | None,
+    context: dict[str, Any],
+    arguments: tuple[list[Any], dict[str, Any]],  # the payload stays sealed
+) -> tuple[Outcome, BaseException | None]:
+    """Call the job's function under its timeout; the outcome and the error, if any."""
     started = time.monotonic()
     timeout = timeout_of(payload, job)
     if on_start is not None:
         on_start(payload)
+    options = job.job_options
     try:
         with watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext():
-            job.func(*payload["args"], **payload["kwargs"])
+            job.func(*arguments[0], **arguments[1])
     except BaseException as error:  # a job's SystemExit must not end the thread either
         if isinstance(error, JobTimeout) and not str(error):
             error = JobTimeout(f"ran past its timeout of {timeout:g}s")
-        options = job.job_options
         outcome = decide_failure(payload, error, options.backoff, time.time(), options.retry)
         _log_failure(outcome, context, time.monotonic() - started)
-        return with_hook(with_unique(outcome, payload), payload, options, error)
+        return with_hook(with_unique(outcome, payload), payload, options, error), error
     log.debug("done in %.1f ms", (time.monotonic() - started) * 1000, extra=context)
-    return with_hook(with_unique(succeeded(payload), payload), payload, job.job_options, None)
+    return with_hook(with_unique(succeeded(payload), payload), payload, options, None), None
 
 
 def _buried(unit: Unit, reason: str) -> Outcome:

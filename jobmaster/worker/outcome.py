@@ -28,7 +28,7 @@ from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
 
 log = logging.getLogger("jobmaster.worker.outcome")
 
-Kind = Literal["done", "retry", "dead", "dropped"]
+Kind = Literal["done", "retry", "dead", "dropped", "deferred"]
 MAX_BACKTRACE_LINES = 40
 RECORD_ATTEMPTS_FOR = 30.0
 STATUS = {
@@ -36,6 +36,7 @@ STATUS = {
     "retry": "retrying",
     "dead": "dead",
     "dropped": "failed",
+    "deferred": "scheduled",
 }  # seconds an outcome keeps being retried (a Redis restart)
 
 
@@ -138,6 +139,18 @@ def decide_failure(
     )
 
 
+def deferred(payload: dict[str, Any], seconds: float, reason: str, now: float) -> Outcome:
+    """Held back by middleware: back to the scheduled set, not an attempt."""
+    return Outcome(
+        "deferred",
+        str(payload["jid"]),
+        str(payload["job"]),
+        stored=dict(payload),
+        score=now + seconds,
+        reason=reason,
+    )
+
+
 def with_unique(outcome: Outcome, payload: dict[str, Any]) -> Outcome:
     """Name the lock an ``until_executed`` job holds, for FINISH to release or extend."""
     lock = payload.get("unique_digest")
@@ -185,11 +198,14 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     """
     keys, now = ctx.keys, time.time()
     day = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc).date()
-    target = {"retry": keys.retry, "dead": keys.dead}.get(outcome.kind, keys.dead)
+    target = {"retry": keys.retry, "dead": keys.dead, "deferred": keys.scheduled}.get(
+        outcome.kind, keys.dead
+    )
+    ran = outcome.kind != "deferred"
     lock_action, lock_ttl = "", 0
     if outcome.unique_digest is not None:
         # Kept through a retry's wait (extended past it), released at the end.
-        lock_action = "extend" if outcome.kind == "retry" else "release"
+        lock_action = "extend" if outcome.kind in ("retry", "deferred") else "release"
         lock_ttl = round(max(0.0, outcome.score - now)) + LOCK_TTL
     limits = ctx.dead_limits
     call_keys = [
@@ -214,15 +230,15 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     }
     call_args = [
         raw,
-        "1" if outcome.failed else "0",
+        ("1" if outcome.failed else "0") if ran else "-",
         DAY_COUNTER_TTL,
-        outcome.kind if outcome.kind in ("retry", "dead") else "",
+        {"retry": "retry", "dead": "dead", "deferred": "retry"}.get(outcome.kind, ""),
         wire.encode(outcome.stored) if outcome.stored is not None else b"",
         outcome.score,
         limits.max_jobs,
         limits.cutoff(now),
         outcome.status if ctx.status_ttl else "",
-        json.dumps(attempt),
+        json.dumps(attempt) if ran else "",
         ctx.status_ttl or 1,
         lock_action,
         outcome.jid,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import redis
 
-from jobmaster import registry
+from jobmaster import crypto, registry
 from jobmaster.config import Config
 from jobmaster.connection import wait_for_redis
 from jobmaster.errors import JobTimeout
@@ -38,6 +38,7 @@ log = logging.getLogger("jobmaster.worker.process")
 
 class WorkerProcess:
     def __init__(self, config: Config, identity: Identity | None = None) -> None:
+        crypto.set_keys(config.secret_key)  # opens encrypt=True jobs' arguments
         self.ctx = WorkerContext.create(config, identity)
         self.manager = Manager(self.ctx)
         self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()

@@ -72,7 +72,7 @@ class Processor(threading.Thread):
     def process(self, unit: Unit) -> None:
         self.manager.started(unit)
         try:
-            outcome = execute(unit, self.manager.watchdog, self.starting)
+            outcome = execute(unit, self.manager.watchdog, self.starting, self.ctx)
             if not self.manager.abandoned(unit) and record(self.ctx, unit.raw, outcome):
                 run_hook(outcome)  # else the watchdog recorded it (and ran it)
         except Exception as error:

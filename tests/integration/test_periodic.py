@@ -217,7 +217,8 @@ def test_the_periodic_command(redis_url: str, tmp_path: Path) -> None:
     path.write_text(
         f'redis_url = "{redis_url}"\n[periodic.tick]\nevery = 60\njob = "tests.record"\n'
     )
-    runner = CliRunner()
+    # The file names the Redis: the environment (which outranks it) must not.
+    runner = CliRunner(env={"JOBMASTER_REDIS_URL": "", "REDIS_URL": ""})
     listed = runner.invoke(main, ["periodic", "list", "-c", str(path), "--json"])
     assert listed.exit_code == 0, listed.output
     assert [(r["name"], r["enabled"]) for r in json.loads(listed.output)] == [("tick", True)]

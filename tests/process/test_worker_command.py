@@ -205,7 +205,7 @@ def test_embedded_redis_serves_workers_and_producers_with_the_same_config(
     run_jobmaster: Run, write_config: Write, short_tmp_dir: Path
 ) -> None:
     config = write_config(redis_url="embedded", data_dir=str(short_tmp_dir))
-    process = run_jobmaster("-c", str(config), env={"JOBMASTER_REDIS_URL": ""})
+    process = run_jobmaster("-c", str(config), env={"JOBMASTER_REDIS_URL": "", "REDIS_URL": ""})
     socket_url = f"unix://{short_tmp_dir}/redis.sock?db=0"
     wait_until(lambda: "started: queues" in process.log(), timeout=30, message="worker up")
     producer = Client("embedded", data_dir=short_tmp_dir)

@@ -29,8 +29,11 @@ class RecordingClient:
     def __init__(self) -> None:
         self.pushed: list[tuple[list[dict[str, Any]], float | None]] = []
 
-    def push_payloads(self, payloads: list[dict[str, Any]], at: float | None = None) -> None:
+    def push_payloads(
+        self, payloads: list[dict[str, Any]], at: float | None = None
+    ) -> list[dict[str, Any]]:
         self.pushed.append((payloads, at))
+        return payloads
 
 
 @pytest.fixture

@@ -1,0 +1,44 @@
+"""RateLimit: at most ``limit`` starts per ``per`` seconds for jobs sharing a key."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jobmaster.middleware.base import Defer, JobContext, Middleware
+
+# KEYS[1] the window's counter; ARGV[1] its TTL (s). Returns the count so far.
+COUNT = """
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return count
+"""
+
+KeySpec = str | Callable[[dict[str, Any]], str]
+
+
+class RateLimit(Middleware):
+    """A fixed window per ``key`` (a string, or a function of the payload).
+
+    Jobs over the limit are deferred to the next window, with jitter so they
+    don't all come back in the same instant.
+    """
+
+    def __init__(self, key: KeySpec, limit: int, per: float) -> None:
+        if limit < 1 or per <= 0:
+            raise ValueError("RateLimit needs limit >= 1 and per > 0 seconds")
+        self.key, self.limit, self.per = key, limit, float(per)
+
+    def before_process(self, job: JobContext) -> None:
+        name = self.key(job.payload) if callable(self.key) else self.key
+        now = time.time()
+        window = math.floor(now / self.per)
+        counter = f"{job.keys.prefix}ratelimit:{name}:{window}"
+        script = job.redis.register_script(COUNT)
+        count = int(script(keys=[counter], args=[max(1, math.ceil(self.per * 2))]))
+        if count > self.limit:
+            wait = (window + 1) * self.per - now + random.uniform(0, self.per / 10)
+            raise Defer(wait, f"rate limit {name}: {self.limit} per {self.per:g}s")
