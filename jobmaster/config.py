@@ -50,6 +50,7 @@ class PeriodicEntry:
     queue: str = "default"
     enabled: bool = True
     catch_up: bool = False  # enqueue the slots missed while no master ran
+    unique: bool = False  # skip a slot while the previous run is still queued or running
     timezone: str = "UTC"  # IANA name the cron expression is read in
 
 
@@ -216,6 +217,7 @@ _PERIODIC_KEYS = (
     "enabled",
     "catch_up",
     "timezone",
+    "unique",
 )
 
 
@@ -259,8 +261,18 @@ def _periodic_entry(name: str, table: Mapping[str, Any]) -> PeriodicEntry:
         queue=_field(table, "queue", _periodic_queue, "default"),
         enabled=_field(table, "enabled", boolean, True),
         catch_up=_field(table, "catch_up", boolean, False),
+        unique=_field(table, "unique", _periodic_unique, False),
         timezone=_field(table, "timezone", _timezone, "UTC"),
     )
+
+
+def _periodic_unique(value: object) -> bool:
+    """``unique = "until_executed"`` (or true): one run at a time."""
+    if value is True or value == "until_executed":
+        return True
+    if value is False:
+        return False
+    raise ValueError(f'must be "until_executed" or false, got {value!r}')
 
 
 def _field(table: Mapping[str, Any], key: str, parse: Parser, default: Any) -> Any:

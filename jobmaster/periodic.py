@@ -43,6 +43,7 @@ from jobmaster.connection import connect
 from jobmaster.errors import JobmasterError
 from jobmaster.keys import Keys
 from jobmaster.scripts import Scripts
+from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED, digest
 
 log = logging.getLogger("jobmaster.periodic")
 
@@ -249,13 +250,30 @@ class PeriodicTicker:
 
     def _enqueue(self, entry: PeriodicEntry, slots: list[float], now: float) -> list[str]:
         channel = self.keys.wakeup_channel(entry.queue)
-        args: list[Any] = [entry.name, entry.queue, channel, self.status_ttl]
-        keys = [self.keys.periodic_last, self.keys.queue(entry.queue), self.keys.queues]
+        # A unique entry's runs hold the same lock as unique jobs: the worker
+        # releases it when the run ends (until_executed), so the next slot
+        # is skipped while a run is still queued or running.
+        lock = digest(entry.job, entry.args, entry.kwargs, None) if entry.unique else ""
+        args: list[Any] = [
+            entry.name,
+            entry.queue,
+            channel,
+            self.status_ttl,
+            LOCK_TTL if entry.unique else 0,
+        ]
+        keys = [
+            self.keys.periodic_last,
+            self.keys.queue(entry.queue),
+            self.keys.queues,
+            self.keys.unique(lock or "-"),
+        ]
         for slot in slots:
-            extra = {"periodic": entry.name, "periodic_slot": slot_value(slot)}
+            extra: dict[str, Any] = {"periodic": entry.name, "periodic_slot": slot_value(slot)}
+            if entry.unique:
+                extra.update(unique=UNTIL_EXECUTED, unique_digest=lock)
             job = wire.build(entry.job, entry.args, entry.kwargs, queue=entry.queue, extra=extra)
             job["enqueued_at"] = now
-            args += [slot_text(slot), wire.encode(job)]
+            args += [slot_text(slot), wire.encode(job), str(job["jid"])]
             keys.append(self.keys.status(str(job["jid"])))
         pushed = int(self.scripts.periodic(keys=keys, args=args))
         if pushed:

@@ -159,28 +159,34 @@ return 1
 # claimed, in one step: any number of masters may tick the same entry, and a
 # slot is enqueued only by the first, because a slot is claimed only if it is
 # newer than the entry's stored last slot, which it then becomes.
+# A unique entry (ARGV[5] > 0) enqueues a slot only if it can take the
+# entry's unique lock (the previous run is done); its slots are claimed
+# either way, so a slot skipped for that reason is not enqueued later.
 # KEYS[1] hash of entry name -> last slot, KEYS[2] queue list,
-# KEYS[3] set of queue names, KEYS[4..] each payload's status key, in pair
-# order (none when ARGV[4] is 0)
+# KEYS[3] set of queue names, KEYS[4] the unique lock (any key if not unique),
+# KEYS[5..] each payload's status key, in triple order (none when ARGV[4] is 0)
 # ARGV[1] entry name, ARGV[2] queue name, ARGV[3] wakeup channel,
-# ARGV[4] status TTL (s, 0 = off),
-# ARGV[5..] pairs of slot (unix time) and payload, oldest slot first
+# ARGV[4] status TTL (s, 0 = off), ARGV[5] unique lock TTL (s, 0 = not unique),
+# ARGV[6..] triples of slot (unix time), payload and jid, oldest slot first
 # Returns the number of payloads pushed.
 PERIODIC = """
 local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or -math.huge
 local pushed, newest = 0, nil
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 3 do
   if tonumber(ARGV[i]) > last then
-    redis.call('LPUSH', KEYS[2], ARGV[i + 1])
-    if tonumber(ARGV[4]) > 0 then
-      redis.call('SET', KEYS[4 + (i - 5) / 2], 'queued', 'EX', ARGV[4])
-    end
-    pushed = pushed + 1
     newest = ARGV[i]
+    if tonumber(ARGV[5]) == 0
+        or redis.call('SET', KEYS[4], ARGV[i + 2], 'NX', 'EX', ARGV[5]) then
+      redis.call('LPUSH', KEYS[2], ARGV[i + 1])
+      if tonumber(ARGV[4]) > 0 then
+        redis.call('SET', KEYS[5 + (i - 6) / 3], 'queued', 'EX', ARGV[4])
+      end
+      pushed = pushed + 1
+    end
   end
 end
+if newest then redis.call('HSET', KEYS[1], ARGV[1], newest) end
 if pushed > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], newest)
   redis.call('SADD', KEYS[3], ARGV[2])
   redis.call('PUBLISH', ARGV[3], pushed)
 end

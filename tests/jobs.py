@@ -140,10 +140,14 @@ def spin(marker: str) -> None:
 
 @jobmaster.job(name="tests.stuck_in_c", timeout=1, retry=0)
 def stuck_in_c(marker: str, seconds: float) -> None:
-    """Blocks in C (time.sleep) past its timeout: the exception can't land."""
+    """CPU-bound in C past its timeout: PBKDF2 runs in OpenSSL with the GIL
+    released (about 1.7 M iterations a second here), so other threads go on
+    but the JobTimeout cannot land until it returns."""
+    import hashlib
+
     store().hincrby("test:attempts", marker, 1)
     store().sadd("test:started", marker)
-    time.sleep(seconds)
+    hashlib.pbkdf2_hmac("sha256", b"key", b"salt", int(seconds * 2_000_000))
     store().sadd("test:returned", marker)
 
 

@@ -28,6 +28,7 @@ from jobmaster.periodic import (
     enable,
     list_periodic,
 )
+from tests.helpers import wait_until
 
 K = Keys()
 T0 = 1_700_000_000.0  # a whole second: slots of `every = 1` fall on it
@@ -231,3 +232,17 @@ def test_the_periodic_command(redis_url: str, tmp_path: Path) -> None:
     unknown = runner.invoke(main, ["periodic", "enable", "nope", "-c", str(path)])
     assert unknown.exit_code == 1
     assert unknown.output == "jobmaster: no periodic entry named 'nope' (known: tick)\n"
+
+
+def test_a_unique_entry_skips_slots_while_its_last_run_is_queued_or_running(
+    redis_url: str, store: redis.Redis, make_config: Any, running_worker: Any
+) -> None:
+    ticker = master(redis_url, entry(unique=True))
+    assert ticker.tick(T0) == ["tick"]
+    assert ticker.tick(T0 + 1) == []  # the T0 run has not run yet: this slot is skipped
+    assert len(queued(store)) == 1
+    running_worker(make_config())
+    wait_until(lambda: store.sismember("test:done", "t"), timeout=10)
+    wait_until(lambda: not store.keys(K.unique("*")), timeout=5, message="lock released")
+    assert ticker.tick(T0 + 2) == ["tick"]  # done: the next slot runs again
+    assert store.hget(K.periodic_last, "tick") == b"%d" % (T0 + 2)

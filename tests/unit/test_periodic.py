@@ -186,7 +186,7 @@ def test_config_catch_up_and_timezone(tmp_path: Path) -> None:
         ('every = 5\ntimezone = "UTC"', "'timezone' applies to 'cron' only"),
         ('every = 5\ncatch_up = "maybe"', "'catch_up' must be true or false"),
         ("every = 5\nargs = [1979-05-27]", "'args' must hold JSON values only"),
-        ("every = 5\nunique = true", "unknown key 'unique'"),
+        ("every = 5\nunique = 'forever'", "'unique' must be"),
     ],
 )
 def test_bad_periodic_options(tmp_path: Path, table: str, expected: str) -> None:
