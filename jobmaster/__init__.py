@@ -13,7 +13,14 @@ The producer API::
 from __future__ import annotations
 
 from jobmaster.client import Client, attempts, configure, status
-from jobmaster.errors import ConfigError, EnqueueError, JobmasterError, JobTimeout, Permanent
+from jobmaster.errors import (
+    ConfigError,
+    EnqueueError,
+    JobmasterError,
+    JobTimeout,
+    Permanent,
+    PoisonPill,
+)
 from jobmaster.job import JobFunction, job
 
 __all__ = [
@@ -24,6 +31,7 @@ __all__ = [
     "JobTimeout",
     "JobmasterError",
     "Permanent",
+    "PoisonPill",
     "attempts",
     "configure",
     "job",

@@ -29,3 +29,8 @@ class Permanent(Exception):
 
 class JobTimeout(Exception):
     """Raised inside a job's thread when it runs past its ``timeout``."""
+
+
+class PoisonPill(Exception):
+    """The error an ``on_failure`` hook gets for a job that kept killing (or
+    bloating) its worker process and was buried without running to an end."""

@@ -18,8 +18,10 @@ from typing import Any
 import redis
 
 from jobmaster import payload as wire
+from jobmaster import registry
 from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
+from jobmaster.hooks import ON_FAILURE
 from jobmaster.keys import Keys
 from jobmaster.scripts import Scripts
 from jobmaster.unique import MODES
@@ -121,7 +123,8 @@ class Recovery:
             queue = fetched_from if fetched_from and triage is None else str(payload["queue"])
             if reason is not None:
                 payload.update(dead_reason=reason, died_at=time.time())
-                self._bury(list_key, raw, payload, report)
+                if self._bury(list_key, raw, payload, report):
+                    self._announce_failure(payload, reason)
                 continue
             moved = self.transfer(
                 list_key,
@@ -153,7 +156,7 @@ class Recovery:
         entry: dict[str, Any],
         report: RecoveryReport,
         kind: str = "list",
-    ) -> None:
+    ) -> bool:
         moved = self.transfer(
             source, kind, raw, entry, self.keys.dead, "zset", score=time.time(), status="dead"
         )
@@ -161,6 +164,24 @@ class Recovery:
             report.buried.append(str(entry.get("jid")))
             self._release_unique(entry)
             log.error("buried jid=%s: %s", entry.get("jid"), entry.get("dead_reason"))
+        return moved
+
+    def _announce_failure(self, entry: dict[str, Any], reason: str) -> None:
+        """Queue the job's on_failure hook (see hooks.py): only a worker may run it.
+
+        Skipped when this process knows the job (preloaded) and it has no hook;
+        a master that did not preload the app cannot tell, and queues it anyway.
+        """
+        known = registry.lookup(entry.get("job"))
+        if known is not None and known.job_options.on_failure is None:
+            return
+        hook = wire.build(ON_FAILURE, [entry, reason], {}, queue=str(entry.get("queue")))
+        hook["enqueued_at"] = time.time()
+        queue = str(hook["queue"])
+        self.scripts.push(
+            keys=[self.keys.queue(queue), self.keys.queues],
+            args=[queue, self.keys.wakeup_channel(queue), 0, wire.encode(hook)],
+        )
 
     def _release_unique(self, entry: dict[str, Any]) -> None:
         """A buried job (a poison pill) will not run again: free its unique lock."""

@@ -208,3 +208,10 @@ def encrypted(marker: str, *, card: str, fail: bool = False) -> None:
     if fail:
         raise RuntimeError("failing on purpose, so the retry set holds the payload")
     store().hset("test:encrypted", marker, card)
+
+
+@jobmaster.job(name="tests.kill_self_hooked", on_failure=_hook_failed)
+def kill_self_hooked(marker: str) -> None:
+    """A poison pill with an on_failure hook: the hook must run once, in a worker."""
+    store().hincrby("test:attempts", marker, 1)
+    os.kill(os.getpid(), 9)

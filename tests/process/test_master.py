@@ -428,3 +428,21 @@ def test_a_job_stuck_in_c_past_its_timeout_gets_its_child_recycled(
     assert working_children(store, master, 1) != [first]
     master.signal(signal.SIGTERM)
     assert master.wait(timeout=20) == 0
+
+
+def test_a_poison_pill_s_on_failure_hook_runs_once_in_a_worker(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster("-c", str(write_config(processes=2, max_crashes=2)))
+    working_children(store, master, 2)
+    Client(redis_url).push({"job": "tests.kill_self_hooked", "args": ["pill-hook"]})
+    wait_until(
+        lambda: store.hget("test:hooks", "failure:pill-hook") == b"PoisonPill",
+        timeout=30,
+        message="the hook ran with a PoisonPill error",
+    )
+    assert int(store.hget("test:attempts", "pill-hook") or 0) == 2
+    wait_until(lambda: store.llen(K.queue("default")) == 0, timeout=10)
+    assert store.zcard(K.dead) == 1  # the pill; the hook job itself succeeded
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=20) == 0
