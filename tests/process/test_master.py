@@ -68,6 +68,25 @@ def inprogress_owner(store: redis.Redis, jid: str) -> int | None:
     return None
 
 
+def diagnose(store: redis.Redis, master: JobmasterProcess, markers: list[str]) -> str:
+    """Where every job is, and what the master said: for a failure to be explained."""
+    done = {m.decode() for m in store.smembers("test:done")}
+    missing = [m for m in markers if m not in done]
+    lines = [
+        f"missing {len(missing)}: {missing[:10]}",
+        f"queue {store.llen(K.queue('default'))}, retry {store.zcard(K.retry)}, "
+        f"dead {store.zcard(K.dead)}, scheduled {store.zcard(K.scheduled)}",
+        f"paused {store.smembers(K.paused)}",
+    ]
+    for key in store.scan_iter(match=K.inprogress("*")):
+        lines.append(f"{key.decode()}: {store.llen(key)}")
+    for key in store.scan_iter(match=K.heartbeat("*")):
+        lines.append(f"{key.decode()}: {store.hgetall(key)}")
+    lines.append(f"children: {[title(p.pid) for p in child_processes(master)]}")
+    lines.append(master.log()[-8000:])
+    return "\n".join(lines)
+
+
 def runs(store: redis.Redis, marker: str) -> int:
     return int(store.hget("test:runs", marker) or 0)
 
@@ -225,7 +244,10 @@ def test_hup_replaces_every_child_and_each_job_runs_exactly_once(
     wait_until(lambda: store.scard("test:done") >= 100, timeout=30)
     master.signal(signal.SIGHUP)
     client.push_bulk({"job": "tests.record", "args": [[m, 0.002] for m in markers[500:]]})
-    wait_until(lambda: store.scard("test:done") == 1000, timeout=90, message="1,000 jobs done")
+    try:
+        wait_until(lambda: store.scard("test:done") == 1000, timeout=90)
+    except AssertionError:
+        raise AssertionError(f"1,000 jobs not done:\n{diagnose(store, master, markers)}") from None
     after = set(working_children(store, master, 2))
     assert not before & after, "a child was not replaced"
     counts = {k.decode(): int(v) for k, v in store.hgetall("test:runs").items()}
