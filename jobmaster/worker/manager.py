@@ -13,7 +13,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import redis
 
@@ -28,6 +29,7 @@ from jobmaster.worker.watchdog import Watchdog
 log = logging.getLogger("jobmaster.worker.manager")
 
 PUSH_BACK_ATTEMPTS_FOR = 10.0  # seconds spent retrying the push back while Redis is away
+FETCH_SETTLE = 2.0  # seconds halt waits for fetches in flight to land
 
 
 class Manager:
@@ -44,6 +46,7 @@ class Manager:
         self.max_jobs = 0
         self.watchdog: Watchdog | None = None  # set by the process: job timeouts
         self._abandoned: set[bytes] = set()  # stuck jobs the watchdog recorded
+        self._fetches = 0  # fetches in flight (a fetched job is not in _running yet)
         self._idle = threading.Condition()
         self.processors = [Processor(i, self) for i in range(ctx.config.concurrency)]
         self.listener = WakeupListener(ctx, self.signal, self.fetcher.names)
@@ -61,6 +64,19 @@ class Manager:
             self._idle.notify_all()
         if self.max_jobs and self.completed >= self.max_jobs and self.fetching.is_set():
             self.quiet()
+
+    @contextmanager
+    def fetch_in_flight(self) -> Iterator[None]:
+        """Around a fetch and its give-back: halt waits for it, so that a job
+        fetched as stop began is back on its queue before the process exits."""
+        with self._idle:
+            self._fetches += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._fetches -= 1
+                self._idle.notify_all()
 
     def abandon(self, unit: Unit) -> None:
         """A job stuck past its timeout: no longer ours to wait for or to record."""
@@ -82,10 +98,17 @@ class Manager:
             return dict(self._running)
 
     def give_back(self, unit: Unit) -> None:
-        """Return a job fetched after quiet/stop began to the front of its queue."""
-        self.ctx.recovery.requeue(
-            self.ctx.inprogress_key, [unit.raw], queues={unit.raw: unit.queue}
-        )
+        """Return a job fetched after quiet/stop began to the front of its queue.
+
+        If Redis is away it stays in our in-progress list, where the stop's
+        push back, the self-check or the master finds it: never lost.
+        """
+        try:
+            self.ctx.recovery.requeue(
+                self.ctx.inprogress_key, [unit.raw], queues={unit.raw: unit.queue}
+            )
+        except redis.RedisError as error:
+            log.warning("could not give back a job (%s); it stays in progress", error)
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -132,6 +155,10 @@ class Manager:
             )
         self.ctx.stopping.set()
         self.signal.notify_all()
+        with self._idle:  # bounded: a fetch is one round trip
+            deadline = time.monotonic() + FETCH_SETTLE
+            while self._fetches and time.monotonic() < deadline:
+                self._idle.wait(0.05)
         queues = {raw: unit.queue for raw, unit in running.items()}
         deadline = time.monotonic() + PUSH_BACK_ATTEMPTS_FOR
         while True:

@@ -43,17 +43,25 @@ class Processor(threading.Thread):
                 manager.fetching.wait(0.5)
                 continue
             seen = manager.signal.generation
-            try:
-                unit = manager.fetcher.fetch()
-                outage.succeeded(time.monotonic())
-            except redis.RedisError as error:
-                outage.failed(error, time.monotonic())
+            with manager.fetch_in_flight():
+                try:
+                    unit = manager.fetcher.fetch()
+                    outage.succeeded(time.monotonic())
+                except redis.RedisError as error:
+                    outage.failed(error, time.monotonic())
+                    unit = None
+                    failed = True
+                else:
+                    failed = False
+                if unit is not None and (not manager.fetching.is_set() or stopping.is_set()):
+                    manager.give_back(unit)  # fetched as quiet or stop began
+                    continue
+                if unit is not None:
+                    manager.started(unit)  # in the running table before halt may look
+            if failed:
                 stopping.wait(OUTAGE_BACKOFF)
-                continue
-            if unit is None:
+            elif unit is None:
                 manager.signal.wait(seen, manager.fetching, IDLE_WAIT)
-            elif not manager.fetching.is_set() or stopping.is_set():
-                manager.give_back(unit)
             else:
                 self.process(unit)
 
@@ -70,7 +78,7 @@ class Processor(threading.Thread):
             log.warning("could not release the unique lock of jid=%s: %s", payload["jid"], error)
 
     def process(self, unit: Unit) -> None:
-        self.manager.started(unit)
+        """Run a fetched job (already in the manager's running table) and record it."""
         try:
             outcome = execute(unit, self.manager.watchdog, self.starting, self.ctx)
             if not self.manager.abandoned(unit) and record(self.ctx, unit.raw, outcome):

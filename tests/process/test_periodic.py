@@ -30,7 +30,13 @@ def test_two_masters_enqueue_each_slot_once(
         processes=1,
         concurrency=1,
         periodic={
-            "tick": {"every": 1, "job": "tests.record", "args": ["tick"], "queue": "ticks"},
+            # A 6-field cron firing every second (croniter reads the sixth field as seconds).
+            "tick": {
+                "cron": "* * * * * *",
+                "job": "tests.record",
+                "args": ["tick"],
+                "queue": "ticks",
+            },
             "ran": {"every": 1, "job": "tests.record", "args": ["periodic"]},
         },
     )
@@ -44,7 +50,8 @@ def test_two_masters_enqueue_each_slot_once(
 
         return check
 
-    wait_until(ticked(5), timeout=30, interval=0.1, message="5 periodic slots enqueued")
+    # Ten seconds of both masters ticking the same entry every second.
+    wait_until(ticked(10), timeout=40, interval=0.1, message="10 periodic slots enqueued")
     wait_until(lambda: store.sismember("test:done", "periodic"), timeout=20, message="a run")
     for master in masters:
         master.signal(signal.SIGTERM)
