@@ -164,10 +164,10 @@ def test_processes_auto_restores_usable_cpus(in_tmp: Path) -> None:
 
 
 def test_jobmaster_redis_url_wins_over_redis_url(in_tmp: Path) -> None:
-    env = {"REDIS_URL": "redis://platform:6379/0"}
-    assert load_config(env=env).redis_url == "redis://platform:6379/0"
-    env["JOBMASTER_REDIS_URL"] = "redis://ours:6379/1"
-    assert load_config(env=env).redis_url == "redis://ours:6379/1"
+    env = {"REDIS_URL": "redis://platform:6380/0"}
+    assert load_config(env=env).redis_url == "redis://platform:6380/0"
+    env["JOBMASTER_REDIS_URL"] = "redis://ours:6380/1"
+    assert load_config(env=env).redis_url == "redis://ours:6380/1"
     overrides = {"redis_url": "unix:///tmp/redis.sock"}
     assert load_config(env=env, overrides=overrides).redis_url == "unix:///tmp/redis.sock"
 
@@ -418,7 +418,7 @@ def test_data_dir_without_a_file_is_relative_to_cwd(in_tmp: Path) -> None:
         ("redis://:secret@host", "redis://:***@host"),
         ("redis://user:secret@h", "redis://user:***@h"),
         ("rediss://user:s3cr:et@h:6380/1", "rediss://user:***@h:6380/1"),
-        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("redis://host:6380/0", "redis://host:6380/0"),
         ("redis://user@host", "redis://user@host"),
         ("embedded", "embedded"),
     ],
