@@ -12,6 +12,7 @@ The producer API::
 
 from __future__ import annotations
 
+from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
 from jobmaster.client import Client, attempts, configure, status
 from jobmaster.errors import (
     ConfigError,
@@ -26,15 +27,22 @@ from jobmaster.job import JobFunction, job
 __all__ = [
     "Client",
     "ConfigError",
+    "DeadSet",
     "EnqueueError",
     "JobFunction",
     "JobTimeout",
     "JobmasterError",
     "Permanent",
     "PoisonPill",
+    "ProcessSet",
+    "Queue",
+    "RetrySet",
+    "ScheduledSet",
+    "Stats",
     "attempts",
     "configure",
     "job",
+    "redis_info",
     "status",
 ]
 __version__ = "0.1.0"

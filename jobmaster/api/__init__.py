@@ -1,0 +1,40 @@
+"""The operator's Python API: queues, the scheduled/retry/dead sets, processes, stats.
+
+What ``jobmaster stats``, ``ps``, ``ctl``, ``dead|retries|scheduled`` and
+``queue`` (and the web dashboard) are built on::
+
+    from jobmaster.api import DeadSet, ProcessSet, Queue, Stats
+
+    Queue("default").size(), Queue("default").latency()
+    DeadSet().retry_where(error="TimeoutError")
+    ProcessSet().quiet_all()
+
+Each object takes a ``redis.Redis`` (plus ``namespace=``), a ``jobmaster.Client``,
+or nothing: the producer's default client (``jobmaster.configure``).
+"""
+
+from __future__ import annotations
+
+from jobmaster.api.info import redis_info
+from jobmaster.api.processes import Process, ProcessSet
+from jobmaster.api.queues import Queue
+from jobmaster.api.records import JobRecord, SortedEntry
+from jobmaster.api.sorted_sets import DeadSet, JobSet, NotRunnable, RetrySet, ScheduledSet
+from jobmaster.api.stats import DayStats, QueueStats, Stats
+
+__all__ = [
+    "DayStats",
+    "DeadSet",
+    "JobRecord",
+    "JobSet",
+    "NotRunnable",
+    "Process",
+    "ProcessSet",
+    "Queue",
+    "QueueStats",
+    "RetrySet",
+    "ScheduledSet",
+    "SortedEntry",
+    "Stats",
+    "redis_info",
+]

@@ -1,0 +1,109 @@
+"""A queue as an operator sees it: size, latency, entries, pause, clear.
+
+Producers LPUSH and workers take from the right, so the oldest job (the next
+to run) is the list's last element. Iteration goes newest first, by index
+from the left: a push during the walk shifts entries towards the right (at
+worst one is seen twice), while a fetch from the right shifts nothing, so no
+entry that stays queued is ever skipped (walking from the right, a fetch
+would make the walk skip entries).
+
+Pausing adds the name to ``keys.paused``, which the FETCH script already
+skips: workers leave a paused queue's jobs where they are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import cast
+
+from jobmaster.api.base import PAGE, Backend, Connection, as_bytes, texts
+from jobmaster.api.records import JobRecord
+from jobmaster.connection import byte_list
+
+
+class Queue:
+    def __init__(
+        self, name: str, connection: Connection = None, *, namespace: str | None = None
+    ) -> None:
+        self.name = name
+        self.backend = Backend.resolve(connection, namespace)
+        self.key = self.backend.keys.queue(name)
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+    @classmethod
+    def all(cls, connection: Connection = None, *, namespace: str | None = None) -> list[Queue]:
+        """Every known queue: pushed to at least once (``keys.queues``), or paused."""
+        backend = Backend.resolve(connection, namespace)
+        pipe = backend.redis.pipeline(transaction=False)
+        pipe.smembers(backend.keys.queues)
+        pipe.smembers(backend.keys.paused)
+        known, paused = pipe.execute()
+        return [cls(name, backend) for name in texts(known | paused)]
+
+    def size(self) -> int:
+        return int(self.backend.redis.llen(self.key))
+
+    def latency(self, now: float | None = None) -> float:
+        """Age in seconds of the oldest job (0 when empty or unreadable)."""
+        oldest = self.backend.redis.lindex(self.key, -1)
+        return JobRecord.parse(oldest).latency(now or time.time()) if oldest is not None else 0.0
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        """Every entry, newest first, read a page at a time."""
+        start, previous = 0, set[bytes]()
+        while True:
+            page = byte_list(self.backend.redis.lrange(self.key, start, start + PAGE - 1))
+            for raw in map(as_bytes, page):
+                if raw not in previous:  # shifted here by pushes since the last page
+                    yield JobRecord.parse(raw)
+            if len(page) < PAGE:
+                return
+            start += PAGE
+            previous = set(map(as_bytes, page))
+
+    def find(self, jid: str) -> JobRecord | None:
+        return next((record for record in self if record.jid == jid), None)
+
+    def delete(self, record: JobRecord | str) -> bool:
+        """Remove one job (a record, or a jid); False if it was no longer queued."""
+        found = self.find(record) if isinstance(record, str) else record
+        if found is None:
+            return False
+        member = cast(str, found.raw)  # redis-py's stubs say str; bytes are sent as they are
+        if not self.backend.redis.lrem(self.key, 1, member):
+            return False
+        self.backend.release_unique(found.payload)
+        return True
+
+    def clear(self) -> int:
+        """Drop every job of the queue; returns how many there were.
+
+        The name leaves ``keys.queues`` as well (the next push adds it back); a
+        paused queue stays paused. Unique locks of the dropped jobs are left to
+        expire: reading every entry first would make clearing a big queue slow.
+        """
+        pipe = self.backend.redis.pipeline(transaction=True)
+        pipe.llen(self.key)
+        pipe.delete(self.key)
+        pipe.srem(self.backend.keys.queues, self.name)
+        return int(pipe.execute()[0])
+
+    def pause(self) -> None:
+        """Workers stop fetching from it (jobs already running finish)."""
+        self.backend.redis.sadd(self.backend.keys.paused, self.name)
+
+    def resume(self) -> None:
+        """Workers fetch from it again; idle ones are woken up at once."""
+        keys = self.backend.keys
+        waiting = self.size()
+        pipe = self.backend.redis.pipeline(transaction=True)
+        pipe.srem(keys.paused, self.name)
+        if waiting:  # "N jobs arrived": as a push would say it
+            pipe.publish(keys.wakeup_channel(self.name), waiting)
+        pipe.execute()
+
+    def is_paused(self) -> bool:
+        return bool(self.backend.redis.sismember(self.backend.keys.paused, self.name))

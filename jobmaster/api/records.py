@@ -1,0 +1,141 @@
+"""One job as an operator sees it: in a queue, or in a sorted set with its score.
+
+A record keeps the exact bytes it was read as (``raw``): deleting or moving
+it names that member, so an entry that is not even JSON can still be listed
+and deleted. Reading never raises: garbage has ``payload = None`` and shows
+its raw text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from jobmaster import payload as wire
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    raw: bytes
+    payload: dict[str, Any] | None  # None: the entry is not a JSON object
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> JobRecord:
+        data = raw.encode() if isinstance(raw, str) else raw
+        try:
+            value = wire.strict_loads(data)
+        except (ValueError, UnicodeDecodeError):
+            value = None
+        return cls(data, value if isinstance(value, dict) else None)
+
+    def _str(self, name: str) -> str | None:
+        value = (self.payload or {}).get(name)
+        return value if isinstance(value, str) else None
+
+    def _float(self, name: str) -> float | None:
+        value = (self.payload or {}).get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+    @property
+    def jid(self) -> str | None:
+        return self._str("jid")
+
+    @property
+    def job(self) -> str | None:
+        return self._str("job")
+
+    @property
+    def queue(self) -> str | None:
+        return self._str("queue")
+
+    @property
+    def args(self) -> list[Any]:
+        value = (self.payload or {}).get("args")
+        return value if isinstance(value, list) else []
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        value = (self.payload or {}).get("kwargs")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def created_at(self) -> float | None:
+        return self._float("created_at")
+
+    @property
+    def enqueued_at(self) -> float | None:
+        return self._float("enqueued_at")
+
+    @property
+    def error_class(self) -> str | None:
+        return self._str("error_class")
+
+    @property
+    def error_message(self) -> str | None:
+        return self._str("error_message")
+
+    @property
+    def retry_count(self) -> int:
+        return int(self._float("retry_count") or 0)
+
+    @property
+    def failed_at(self) -> float | None:
+        return self._float("failed_at")
+
+    @property
+    def died_at(self) -> float | None:
+        return self._float("died_at")
+
+    @property
+    def dead_reason(self) -> str | None:
+        return self._str("dead_reason")
+
+    @property
+    def text(self) -> str:
+        """The entry as stored, readable even when it is not UTF-8."""
+        return self.raw.decode(errors="backslashreplace")
+
+    @property
+    def runnable(self) -> bool:
+        """Whether a worker could run it (the wire format's required fields)."""
+        try:
+            wire.decode(self.raw)
+        except wire.BadPayload:
+            return False
+        return True
+
+    def latency(self, now: float | None = None) -> float:
+        """Seconds since it was enqueued (0 if unknown)."""
+        enqueued = self.enqueued_at
+        return max(0.0, (now or time.time()) - enqueued) if enqueued is not None else 0.0
+
+    def matches(self, job: str | None = None, error: str | None = None) -> bool:
+        """Filter by job name and error class (``None``: any)."""
+        return (job is None or self.job == job) and (error is None or self.error_class == error)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For ``--json`` output: the payload, or the raw text of garbage."""
+        return {"payload": self.payload} if self.payload is not None else {"raw": self.text}
+
+
+@dataclass(frozen=True)
+class SortedEntry(JobRecord):
+    """An entry of the scheduled, retry or dead set; ``score`` is a unix time:
+    when it is due (scheduled, retry) or when it died (dead)."""
+
+    score: float = 0.0
+
+    @classmethod
+    def from_member(cls, raw: bytes | str, score: float) -> SortedEntry:
+        record = JobRecord.parse(raw)
+        return cls(record.raw, record.payload, float(score))
+
+    @property
+    def at(self) -> float:
+        return self.score
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"score": self.score, **super().as_dict()}
