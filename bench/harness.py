@@ -1,0 +1,252 @@
+"""What every benchmark in bench/ needs around the thing it measures.
+
+A private ``redis-server`` on a free port (the shared one on 6379 is never
+touched), the real ``jobmaster`` command as a subprocess with a clean
+environment, the master's children from /proc, and the machine's figures
+printed beside every result. Kept here so each benchmark file holds only its
+own measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+
+import jobmaster
+
+BENCH_DIR = Path(__file__).resolve().parent
+NAMESPACE = "jobmaster"
+PREFIX = f"{NAMESPACE}:{{{NAMESPACE}}}:"  # jobmaster.keys.Keys prefix of the default namespace
+STOP_DEADLINE = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def jobmaster_executable() -> str:
+    """The console script of the venv running the bench (not another install on PATH)."""
+    beside = Path(sys.executable).parent / "jobmaster"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("jobmaster")
+    if found is None:
+        raise SystemExit("bench: no `jobmaster` console script next to python or on PATH")
+    return found
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def children_of(pid: int) -> set[int]:
+    """Live (or not yet reaped) children of ``pid``, from /proc."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(p) for p in text.split()}
+
+
+def is_jobmaster(pid: int) -> bool:
+    """A live jobmaster process (zombies have an empty cmdline)."""
+    try:
+        return b"jobmaster" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def call_counts(conn: redis.Redis) -> Counter[str]:
+    """Calls per command since the server started (INFO commandstats)."""
+    stats = conn.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+def summary_ms(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "min_ms": ordered[0],
+        "median_ms": statistics.median(ordered),
+        "max_ms": ordered[-1],
+    }
+
+
+def machine_info(conn: redis.Redis) -> dict[str, Any]:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        affinity = os.cpu_count()
+    return {
+        "nproc": affinity,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "redis": conn.info("server")["redis_version"],
+        "redis_py": redis.__version__,
+        "jobmaster": jobmaster.__version__,
+    }
+
+
+def exit_on_term() -> None:
+    """Turn SIGTERM into SystemExit, so a bench stopped by ``kill`` or a CI
+    timeout still runs its ``finally``: no master or redis-server left behind."""
+
+    def leave(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_config(directory: Path, url: str, **settings: Any) -> Path:
+    """``jobmaster.toml`` in ``directory`` for the private server, plus ``settings``."""
+    values: dict[str, Any] = {
+        "redis_url": url,
+        "log_level": "info",
+        "data_dir": str(directory / "data"),
+        **settings,
+    }
+    path = directory / "jobmaster.toml"
+    path.write_text("".join(f"{key} = {toml_value(v)}\n" for key, v in values.items()))
+    return path
+
+
+def clean_environment(url: str) -> dict[str, str]:
+    """Our environment without anything that could point jobmaster elsewhere;
+    bench/ importable (the bench job modules) and ``BENCH_REDIS_URL`` for the jobs."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("JOBMASTER_") and k != "REDIS_URL"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")]))
+    env["BENCH_REDIS_URL"] = url
+    return env
+
+
+class Master:
+    """One ``jobmaster -c CONFIG`` process, its log appended to ``logfile``.
+
+    It runs in its own session, so a Ctrl-C to the bench reaches only the
+    bench, whose ``finally`` stops the master properly.
+    """
+
+    def __init__(self, config: Path, url: str, logfile: Path) -> None:
+        self.config = config
+        self.url = url
+        self.logfile = logfile
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.seen: set[int] = set()  # every child pid ever seen, to clean up after
+        self.first_seen: dict[int, float] = {}
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "master not started"
+        return self.proc.pid
+
+    def start(self) -> None:
+        command = [jobmaster_executable(), "-c", str(self.config), "--redis-url", self.url]
+        with self.logfile.open("ab") as log:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=BENCH_DIR,
+                env=clean_environment(self.url),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def children(self) -> set[int]:
+        """The master's live children (pids first seen are timed for ``age``)."""
+        if not self.alive():
+            return set()
+        pids = {p for p in children_of(self.pid) if is_jobmaster(p)}
+        now = time.monotonic()
+        for pid in pids - self.seen:
+            self.first_seen[pid] = now
+        self.seen |= pids
+        return pids
+
+    def age(self, pid: int) -> float:
+        return time.monotonic() - self.first_seen.get(pid, time.monotonic())
+
+    def wait_children(self, count: int, timeout: float = 60.0) -> float:
+        """Until ``count`` children are alive; seconds waited."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if not self.alive():
+                raise RuntimeError(f"master exited: {self.returncode()}\n{log_tail(self.logfile)}")
+            if len(self.children()) >= count:
+                return time.monotonic() - started
+            time.sleep(0.02)
+        raise RuntimeError(f"never {count} children in {timeout}s\n{log_tail(self.logfile)}")
+
+    def wait_exit(self, timeout: float = STOP_DEADLINE) -> int | None:
+        if self.proc is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=timeout)
+        return self.proc.returncode
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
+    def stop(self, timeout: float = STOP_DEADLINE) -> tuple[float, int | None]:
+        """TERM and wait (SIGKILL past ``timeout``); (seconds, exit code). Then
+        SIGKILL any child ever seen that outlived it, so nothing is left behind."""
+        started = time.monotonic()
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            if self.wait_exit(timeout) is None:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        elapsed = time.monotonic() - started
+        self.kill_leftovers()
+        return elapsed, self.returncode()
+
+    def kill_leftovers(self) -> None:
+        for pid in self.seen:
+            if is_jobmaster(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
