@@ -169,7 +169,6 @@ class Master:
         self.logfile = logfile
         self.proc: subprocess.Popen[bytes] | None = None
         self.seen: set[int] = set()  # every child pid ever seen, to clean up after
-        self.first_seen: dict[int, float] = {}
 
     @property
     def pid(self) -> int:
@@ -198,18 +197,12 @@ class Master:
                 os.kill(self.pid, signum)
 
     def children(self) -> set[int]:
-        """The master's live children (pids first seen are timed for ``age``)."""
+        """The master's live children (zombies excluded)."""
         if not self.alive():
             return set()
         pids = {p for p in children_of(self.pid) if is_jobmaster(p)}
-        now = time.monotonic()
-        for pid in pids - self.seen:
-            self.first_seen[pid] = now
         self.seen |= pids
         return pids
-
-    def age(self, pid: int) -> float:
-        return time.monotonic() - self.first_seen.get(pid, time.monotonic())
 
     def wait_children(self, count: int, timeout: float = 60.0) -> float:
         """Until ``count`` children are alive; seconds waited."""
