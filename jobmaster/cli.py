@@ -333,3 +333,10 @@ def status_command(
             f"  attempt {number}: {attempt.get('outcome')} in {took * 1000:.0f} ms "
             f"on {attempt.get('worker')}{error}"
         )
+
+
+# The operator's commands (stats, ps, ctl, dead|retries|scheduled, queue) live in
+# jobmaster/commands/; added last, since they are built with the helpers above.
+from jobmaster.commands import register  # noqa: E402
+
+register(main)

@@ -1,0 +1,25 @@
+"""The operator's commands: stats, ps, ctl, dead|retries|scheduled, queue.
+
+Built on jobmaster.api only. Their modules use cli.py's helpers
+(``config_options``, ``reports_errors``, ``load``), and cli.py adds them to
+the ``jobmaster`` group by calling ``register`` once those helpers exist. So
+that the cycle resolves whichever side is imported first, ``register``
+imports the modules only when called, and this package makes sure cli.py is
+loaded (it calls ``register``) before any of its modules runs.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+def register(main: click.Group) -> None:
+    from jobmaster.commands.processes import ctl_group, ps_command
+    from jobmaster.commands.sets import GROUPS
+    from jobmaster.commands.stats import queue_group, stats_command
+
+    for command in (stats_command, ps_command, ctl_group, *GROUPS, queue_group):
+        main.add_command(command)
+
+
+import jobmaster.cli  # noqa: E402, F401 - after register: cli.py calls it

@@ -1,0 +1,83 @@
+"""How the operator's commands print: aligned tables, JSON, ages and times.
+
+Tables are for people (columns padded to the widest cell, long text
+clipped); ``--json`` prints the same data whole, with unix times, for
+scripts. Nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+import click
+
+CLIP = 60  # characters of free text (errors, raw payloads) a table cell shows
+
+
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], right: Collection[int] = ()
+) -> str:
+    """Columns padded to their widest cell; the columns in ``right`` (numbers) right-aligned."""
+    cells = [[str(h) for h in headers], *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def clip(text: str | None, width: int = CLIP) -> str:
+    """One line of at most ``width`` characters: a table row must stay one row."""
+    if not text:
+        return "-"
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``3m05s``, ``2h03m``, ``4d02h``: two units are enough to read at a glance."""
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def relative(at: float | None, now: float) -> str:
+    """``in 3m05s`` or ``3m05s ago`` (``-`` when unknown)."""
+    if not at:
+        return "-"
+    return f"in {duration(at - now)}" if at > now else f"{duration(now - at)} ago"
+
+
+def timestamp(at: float | None, now: float) -> str:
+    """Local time and how far off: ``2026-11-29 14:03:00 (3m05s ago)``."""
+    if not at:
+        return "-"
+    local = datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{local} ({relative(at, now)})"
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
+def yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"

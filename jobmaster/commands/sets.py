@@ -1,0 +1,307 @@
+"""``jobmaster dead|retries|scheduled list|show|retry|delete|clear``.
+
+One group per sorted set, built by one factory: the three differ only in
+the API class and in what an entry's time means (when it died, when it is
+retried, when it is due). Entries that are not valid payloads are listed
+with their raw text; they can be deleted, never retried.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from jobmaster.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from jobmaster.commands.common import (
+    Target,
+    command_options,
+    confirm,
+    json_option,
+    target,
+    yes_option,
+)
+from jobmaster.commands.output import clip, echo_json, plural, relative, table, timestamp
+from jobmaster.errors import JobmasterError
+
+DEFAULT_LIMIT = 50
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class SetKind:
+    command: str  # the group's name: dead, retries, scheduled
+    api: type[JobSet]
+    title: str  # "the dead set"
+    when: str  # what the score means, as a column header
+    help: str
+
+    def open(self, t: Target) -> JobSet:
+        return self.api(t.client, limits=t.dead_limits)
+
+
+KINDS = (
+    SetKind(
+        "dead", DeadSet, "the dead set", "DIED", "Jobs that failed for good (or could not run)."
+    ),
+    SetKind(
+        "retries", RetrySet, "the retry set", "NEXT TRY", "Failed jobs waiting out their backoff."
+    ),
+    SetKind("scheduled", ScheduledSet, "the scheduled set", "DUE", "Jobs enqueued to run later."),
+)
+
+
+def error_text(entry: SortedEntry) -> str | None:
+    if entry.payload is None:
+        return f"not a payload: {entry.text}"
+    if entry.error_class:
+        return f"{entry.error_class}: {entry.error_message or ''}".rstrip(": ")
+    return None
+
+
+def entry_json(entry: SortedEntry) -> dict[str, Any]:
+    """The columns of a row plus the whole entry (``payload``, or ``raw`` for garbage)."""
+    data = {
+        "jid": entry.jid,
+        "job": entry.job,
+        "queue": entry.queue,
+        "at": entry.at,
+        "error_class": entry.error_class,
+        "error_message": entry.error_message,
+        "retry_count": entry.retry_count,
+        "runnable": entry.runnable,
+        **entry.as_dict(),
+    }
+    data.pop("score")  # the same as "at"
+    return data
+
+
+def entry_row(entry: SortedEntry, now: float) -> tuple[object, ...]:
+    return (
+        entry.jid or "-",
+        entry.job or "-",
+        entry.queue or "-",
+        clip(error_text(entry)),
+        relative(entry.at, now),
+        entry.retry_count,
+    )
+
+
+def check_selector(jid: str | None, job: str | None, error: str | None, everyone: bool) -> None:
+    """Exactly one of JID, a filter (--job and/or --error) or --all: a bulk move by
+    mistake cannot be undone."""
+    given = [jid is not None, job is not None or error is not None, everyone]
+    if sum(given) != 1:
+        raise click.UsageError("give exactly one of JID, --job NAME / --error CLASS, or --all")
+
+
+def selector_options(func: F) -> F:
+    func = click.option("--all", "everyone", is_flag=True, help="Every entry.")(func)
+    func = click.option(
+        "--error", default=None, metavar="CLASS", help="Entries failed with CLASS."
+    )(func)
+    func = click.option("--job", default=None, metavar="NAME", help="Entries of job NAME.")(func)
+    return click.argument("jid", required=False)(func)
+
+
+def filter_options(func: F) -> F:
+    func = click.option("--error", default=None, metavar="CLASS", help="Only errors of CLASS.")(
+        func
+    )
+    return click.option("--job", default=None, metavar="NAME", help="Only jobs named NAME.")(func)
+
+
+def list_command(kind: SetKind) -> click.Command:
+    """``list``: a table of entries, filtered, limited."""
+
+    @click.command(name="list")
+    @filter_options
+    @click.option(
+        "--limit",
+        default=DEFAULT_LIMIT,
+        show_default=True,
+        type=click.IntRange(min=0),
+        help="Show at most N entries (0: all).",
+        metavar="N",
+    )
+    @json_option
+    @command_options
+    def list_entries(
+        job: str | None,
+        error: str | None,
+        limit: int,
+        as_json: bool,
+        config_file: str | None,
+        redis_url: str | None,
+        debug: bool,
+    ) -> None:
+        """Entries, earliest first: jid, job, queue, error, time, retry count."""
+        with target(config_file, redis_url) as t:
+            found = kind.open(t).filter(job, error)
+            entries = list(itertools.islice(found, limit + 1 if limit else None))
+        more = bool(limit) and len(entries) > limit
+        entries = entries[:limit] if limit else entries
+        if as_json:
+            echo_json([entry_json(e) for e in entries])
+            return
+        if not entries:
+            click.echo(f"nothing in {kind.title}" + (" matches" if job or error else ""))
+            return
+        now = time.time()
+        headers = ("JID", "JOB", "QUEUE", "ERROR", kind.when, "RETRIES")
+        click.echo(table(headers, (entry_row(e, now) for e in entries), right=(5,)))
+        if more:
+            click.echo(f"(first {limit} shown: --limit 0 for all)")
+
+    return list_entries
+
+
+def show_command(kind: SetKind) -> click.Command:
+    """``show JID``: one entry whole."""
+
+    @click.command(name="show")
+    @click.argument("jid")
+    @json_option
+    @command_options
+    def show(
+        jid: str, as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
+    ) -> None:
+        """Everything about the entry of JID: fields, backtrace, the payload as stored."""
+        with target(config_file, redis_url) as t:
+            entry = kind.open(t).find(jid)
+        if entry is None:
+            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+        if as_json:
+            echo_json(entry_json(entry))
+        else:
+            click.echo(describe(entry, kind))
+
+    return show
+
+
+def retry_command(kind: SetKind) -> click.Command:
+    """``retry``: back to their queues, by selector."""
+
+    @click.command(name="retry")
+    @selector_options
+    @command_options
+    def retry(
+        jid: str | None,
+        job: str | None,
+        error: str | None,
+        everyone: bool,
+        config_file: str | None,
+        redis_url: str | None,
+        debug: bool,
+    ) -> None:
+        """Move the selected entries to the end of their queues, to run now."""
+        check_selector(jid, job, error, everyone)
+        with target(config_file, redis_url) as t:
+            jobs = kind.open(t)
+            if jid is not None:
+                if not jobs.retry(jid):  # NotRunnable: one line, exit 1
+                    raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+                click.echo(f"moved 1 entry of {kind.title} to its queue")
+                return
+            moved = left = 0
+            for entry in list(jobs.filter(job, error)):
+                if entry.runnable:
+                    moved += jobs.retry(entry)
+                else:
+                    left += 1
+        line = f"moved {plural(moved, 'entry', 'entries')} of {kind.title} to their queues"
+        if left:
+            line += f"; {left} not runnable left in place (delete them)"
+        click.echo(line)
+
+    return retry
+
+
+def delete_command(kind: SetKind) -> click.Command:
+    """``delete``: by selector."""
+
+    @click.command(name="delete")
+    @selector_options
+    @command_options
+    def delete(
+        jid: str | None,
+        job: str | None,
+        error: str | None,
+        everyone: bool,
+        config_file: str | None,
+        redis_url: str | None,
+        debug: bool,
+    ) -> None:
+        """Delete the selected entries (their jobs will not run)."""
+        check_selector(jid, job, error, everyone)
+        with target(config_file, redis_url) as t:
+            jobs = kind.open(t)
+            if jid is not None:
+                if not jobs.delete(jid):
+                    raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+                deleted = 1
+            else:
+                deleted = jobs.delete_where(job, error)
+        click.echo(f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}")
+
+    return delete
+
+
+def clear_command(kind: SetKind) -> click.Command:
+    """``clear``: every entry, after confirmation."""
+
+    @click.command(name="clear")
+    @yes_option
+    @command_options
+    def clear(yes: bool, config_file: str | None, redis_url: str | None, debug: bool) -> None:
+        """Delete every entry (asks first unless --yes)."""
+        with target(config_file, redis_url) as t:
+            jobs = kind.open(t)
+            size = jobs.size()
+            if not size:
+                click.echo(f"{kind.title} is already empty")
+                return
+            confirm(f"Delete all {plural(size, 'entry', 'entries')} of {kind.title}?", yes)
+            deleted = jobs.clear()
+        click.echo(f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}")
+
+    return clear
+
+
+def set_group(kind: SetKind) -> click.Group:
+    """The group of one set: five commands, each closed over ``kind``."""
+    group = click.Group(name=kind.command, help=f"{kind.help} List, show, retry, delete, clear.")
+    for make in (list_command, show_command, retry_command, delete_command, clear_command):
+        group.add_command(make(kind))
+    return group
+
+
+def describe(entry: SortedEntry, kind: SetKind) -> str:
+    """``show``: the fields people look for first, then the entry whole."""
+    now = time.time()
+    payload = entry.payload or {}
+    fields = [
+        ("jid", entry.jid or "-"),
+        ("job", entry.job or "-"),
+        ("queue", entry.queue or "-"),
+        (kind.when.lower(), timestamp(entry.at, now)),
+        ("enqueued", timestamp(entry.enqueued_at, now)),
+        ("retries", str(entry.retry_count)),
+        ("error", error_text(entry) or "-"),
+    ]
+    if entry.dead_reason and entry.dead_reason != entry.error_message:
+        fields.append(("reason", entry.dead_reason))
+    fields.append(("runnable", "yes" if entry.runnable else "no (delete it: it cannot be retried)"))
+    if isinstance(payload.get("raw"), str):  # a garbage payload, buried with its raw text
+        fields.append(("raw", payload["raw"]))
+    lines = [f"{name + ':':<10}{value}" for name, value in fields]
+    stored = json.dumps(entry.payload, indent=2, sort_keys=True) if entry.payload else entry.text
+    return "\n".join([*lines, "entry:", stored])
+
+
+GROUPS = [set_group(kind) for kind in KINDS]
