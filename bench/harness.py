@@ -18,6 +18,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -243,3 +244,72 @@ class Master:
             if is_jobmaster(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+
+
+# -- counting commands by who sent them ----------------------------------------
+MARK_START = "bench-window-start"
+MARK_END = "bench-window-end"
+MARK_STOP = "bench-monitor-stop"
+
+
+class MonitorRecorder(threading.Thread):
+    """Counts every command between two ECHO markers, split by source.
+
+    INFO commandstats counts the commands Lua scripts run as well; MONITOR
+    tells them apart (``client_type == "lua"``), so this gives round trips
+    (what clients send) beside the work Redis does. MONITOR slows the server:
+    use it on a counting run, never on a timed one.
+    """
+
+    def __init__(self, url: str, timeout: float) -> None:
+        super().__init__(name="bench-monitor", daemon=True)
+        self.conn = redis.Redis.from_url(url, socket_timeout=timeout)
+        self.ready = threading.Event()
+        self.client: Counter[str] = Counter()
+        self.script: Counter[str] = Counter()
+        self.by_connection: Counter[str] = Counter()
+        self.error: str | None = None
+        self.complete = False
+
+    def run(self) -> None:
+        inside = False
+        try:
+            with self.conn.monitor() as monitor:
+                self.ready.set()
+                while True:
+                    event = monitor.next_command()
+                    command = str(event.get("command", ""))
+                    if MARK_STOP in command:
+                        return
+                    if MARK_START in command:
+                        inside = True
+                        continue
+                    if MARK_END in command:
+                        inside = False
+                        self.complete = True
+                        continue
+                    if not inside:
+                        continue
+                    name = command.split(" ", 1)[0].lower()
+                    if event.get("client_type") == "lua":
+                        self.script[name] += 1
+                    else:
+                        self.client[name] += 1
+                        self.by_connection[f"{event.get('client_port')}"] += 1
+        except Exception as error:  # reported; the headline figures don't need it
+            self.error = f"{type(error).__name__}: {error}"
+        finally:
+            self.ready.set()
+            with contextlib.suppress(Exception):
+                self.conn.close()
+
+    def start_window(self, conn: redis.Redis) -> None:
+        self.start()
+        self.ready.wait(10)
+        time.sleep(0.05)  # MONITOR's own reply comes before the feed: let it settle
+        conn.echo(MARK_START)
+
+    def end_window(self, conn: redis.Redis) -> None:
+        conn.echo(MARK_END)
+        conn.echo(MARK_STOP)
+        self.join(10)

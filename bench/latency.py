@@ -56,13 +56,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import redis
+from harness import MARK_END, MARK_START, MARK_STOP, MonitorRecorder
 
 import jobmaster
 from jobmaster.embedded import RedisServerProcess
@@ -73,9 +73,6 @@ JOB_NAME = "bench_jobs.stamp"
 HEARTBEAT_DEADLINE = 30.0
 STOP_DEADLINE = 60.0
 RESULT_TIMEOUT = 5  # seconds BLPOP waits for one job's record before calling it lost
-MARK_START = "bench-idle-window-start"
-MARK_END = "bench-idle-window-end"
-MARK_STOP = "bench-monitor-stop"
 
 TARGET_MEDIAN_MS = 10.0
 TARGET_P99_MS = 50.0
@@ -115,53 +112,6 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no worker log)"
-
-
-# -- MONITOR recorder ----------------------------------------------------------
-class MonitorRecorder(threading.Thread):
-    """Records every command between the two ECHO markers, by source."""
-
-    def __init__(self, url: str, timeout: float) -> None:
-        super().__init__(name="bench-monitor", daemon=True)
-        self.conn = redis.Redis.from_url(url, socket_timeout=timeout)
-        self.ready = threading.Event()
-        self.client: Counter[str] = Counter()
-        self.script: Counter[str] = Counter()
-        self.by_connection: Counter[str] = Counter()
-        self.error: str | None = None
-        self.complete = False
-
-    def run(self) -> None:
-        inside = False
-        try:
-            with self.conn.monitor() as monitor:
-                self.ready.set()
-                while True:
-                    event = monitor.next_command()
-                    text = str(event.get("command", ""))
-                    if MARK_STOP in text:
-                        return
-                    if MARK_START in text:
-                        inside = True
-                        continue
-                    if MARK_END in text:
-                        inside = False
-                        self.complete = True
-                        continue
-                    if not inside:
-                        continue
-                    name = text.split(" ", 1)[0].lower()
-                    if event.get("client_type") == "lua":
-                        self.script[name] += 1
-                    else:
-                        self.client[name] += 1
-                        self.by_connection[f"{event.get('client_port')}"] += 1
-        except Exception as error:  # recorded and reported: the headline figure does not need it
-            self.error = f"{type(error).__name__}: {error}"
-        finally:
-            self.ready.set()
-            with contextlib.suppress(Exception):
-                self.conn.close()
 
 
 def idle_window(conn: redis.Redis, url: str, seconds: float) -> dict[str, Any]:

@@ -1,0 +1,231 @@
+"""Benchmark: no-op job throughput of ``jobmaster`` with 2 children, and Redis commands per job.
+
+    .venv/bin/python bench/throughput.py [--jobs 50000] [--processes 2] [--concurrency 10]
+        [--count-jobs 5000] [--no-status] [--no-table]
+
+Never run by pytest. What it does:
+
+1. Starts a private ``redis-server`` on a free port (no persistence, as the
+   peers get in bench/peers.py; the shared Redis on 6379 is never touched).
+2. Pushes ``--jobs`` ``bench_jobs.noop`` jobs with ``push_bulk`` (1,000 per
+   round trip), then starts ``jobmaster -c`` with ``--processes`` children of
+   ``--concurrency`` threads (status tracking on unless ``--no-status``).
+3. Polls the ``processed`` counter (which the acknowledging script bumps)
+   every 10 ms until it reaches ``--jobs``, and reports jobs/s from the
+   master's start and from the first job done.
+4. Redis commands per job: INFO commandstats before/after the timed run
+   (this counts the commands Lua scripts run too, minus the bench's own
+   polls), then a second, smaller run (``--count-jobs``) under MONITOR,
+   which splits what clients send (round trips) from what scripts run, for
+   the push and for the processing separately.
+
+JSON on stdout; a readable table on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+from harness import (
+    Master,
+    MonitorRecorder,
+    call_counts,
+    exit_on_term,
+    free_port,
+    log_tail,
+    machine_info,
+    write_config,
+)
+
+import jobmaster
+from jobmaster.embedded import RedisServerProcess
+from jobmaster.keys import Keys
+
+KEYS = Keys("jobmaster")
+JOB = "bench_jobs.noop"
+POLL = 0.01
+RUN_DEADLINE = 900.0
+
+
+def push(url: str, jobs: int) -> float:
+    """Push ``jobs`` no-op jobs; seconds taken."""
+    client = jobmaster.Client(url)
+    started = time.perf_counter()
+    for start in range(0, jobs, 10_000):
+        client.push_bulk({"job": JOB, "args": [[] for _ in range(min(10_000, jobs - start))]})
+    return time.perf_counter() - started
+
+
+def processed(conn: redis.Redis) -> int:
+    return int(conn.get(KEYS.stat("processed")) or 0)
+
+
+def run_master(
+    tmp: Path, url: str, conn: redis.Redis, args: argparse.Namespace, jobs: int
+) -> dict[str, Any]:
+    """Start the master on a full queue; time it until every job is done."""
+    config = write_config(
+        tmp,
+        url,
+        app=["bench_jobs"],
+        processes=args.processes,
+        concurrency=args.concurrency,
+        track_status=not args.no_status,
+        log_level="warning",
+    )
+    master = Master(config, url, tmp / "master.log")
+    baseline = processed(conn)
+    polls = 0
+    first: float | None = None
+    started = time.perf_counter()
+    master.start()
+    try:
+        deadline = time.monotonic() + RUN_DEADLINE
+        while time.monotonic() < deadline:
+            done = processed(conn) - baseline
+            polls += 1
+            if first is None and done > 0:
+                first = time.perf_counter()
+            if done >= jobs:
+                break
+            if not master.alive():
+                raise RuntimeError(f"master exited\n{log_tail(master.logfile)}")
+            time.sleep(POLL)
+        else:
+            raise RuntimeError(f"not done in {RUN_DEADLINE}s\n{log_tail(master.logfile)}")
+        finished = time.perf_counter()
+    finally:
+        stop_s, code = master.stop()
+    total = finished - started
+    from_first = finished - (first or started)
+    return {
+        "seconds_from_start": total,
+        "seconds_from_first_job": from_first,
+        "jobs_per_s_from_start": jobs / total,
+        "jobs_per_s_from_first_job": jobs / from_first,
+        "bench_polls": polls,
+        "stop_s": stop_s,
+        "exit_code": code,
+    }
+
+
+def timed_run(tmp: Path, server: RedisServerProcess, args: argparse.Namespace) -> dict[str, Any]:
+    conn = server.client()
+    push_s = push(server.url, args.jobs)
+    before = call_counts(conn)
+    result = run_master(tmp, server.url, conn, args, args.jobs)
+    diff = call_counts(conn) - before
+    diff["get"] -= result["bench_polls"]
+    diff = +diff  # drop what the subtraction emptied
+    for name in ("info", "config"):  # the bench's own INFO commandstats
+        diff.pop(name, None)
+    return {
+        "push_s": push_s,
+        "push_jobs_per_s": args.jobs / push_s,
+        **result,
+        "commands_per_job_all": sum(diff.values()) / args.jobs,
+        "commands_by_name_per_job": {k: v / args.jobs for k, v in diff.most_common()},
+    }
+
+
+def counted_run(tmp: Path, server: RedisServerProcess, args: argparse.Namespace) -> dict[str, Any]:
+    """The same, smaller, under MONITOR: round trips vs. commands run by scripts."""
+    conn = server.client()
+    conn.flushall()
+    jobs = args.count_jobs
+    push_rec = MonitorRecorder(server.url, timeout=RUN_DEADLINE)
+    push_rec.start_window(conn)
+    push(server.url, jobs)
+    push_rec.end_window(conn)
+
+    work_rec = MonitorRecorder(server.url, timeout=RUN_DEADLINE)
+    work_rec.start_window(conn)
+    result = run_master(tmp, server.url, conn, args, jobs)
+    work_rec.end_window(conn)
+    work_client = Counter(work_rec.client)
+    work_client["get"] -= result["bench_polls"]  # our own polls of the counter
+    work_client = +work_client
+
+    def per_job(counter: Counter[str]) -> dict[str, float]:
+        return {k: round(v / jobs, 4) for k, v in counter.most_common()}
+
+    enqueue_trips = sum(push_rec.client.values()) / jobs
+    work_trips = sum(work_client.values()) / jobs
+    return {
+        "jobs": jobs,
+        "monitor_ok": push_rec.complete and work_rec.complete,
+        "enqueue_round_trips_per_job": enqueue_trips,
+        "processing_round_trips_per_job": work_trips,
+        "round_trips_per_job": enqueue_trips + work_trips,
+        "processing_script_commands_per_job": sum(work_rec.script.values()) / jobs,
+        "enqueue_client": per_job(push_rec.client),
+        "processing_client": per_job(work_client),
+        "processing_script": per_job(Counter(work_rec.script)),
+    }
+
+
+def print_table(report: dict[str, Any]) -> None:
+    out = sys.stderr
+    m, c, t, k = report["machine"], report["config"], report["timed"], report["counted"]
+    print(
+        f"\njobmaster {m['jobmaster']}, python {m['python']}, redis {m['redis']}, "
+        f"{m['nproc']} CPUs; {c['jobs']:,} no-op jobs, {c['processes']} children x "
+        f"{c['concurrency']} threads, status tracking {'off' if c['no_status'] else 'on'}",
+        file=out,
+    )
+    rows = [
+        ("push_bulk (jobs/s)", f"{t['push_jobs_per_s']:,.0f}"),
+        ("throughput from master start (jobs/s)", f"{t['jobs_per_s_from_start']:,.0f}"),
+        ("throughput from first job (jobs/s)", f"{t['jobs_per_s_from_first_job']:,.0f}"),
+        ("Redis commands per job, scripts' included", f"{t['commands_per_job_all']:.2f}"),
+        ("round trips per job: enqueue", f"{k['enqueue_round_trips_per_job']:.3f}"),
+        ("round trips per job: fetch + ack + stats", f"{k['processing_round_trips_per_job']:.3f}"),
+        ("round trips per job: total (target <= 4)", f"{k['round_trips_per_job']:.3f}"),
+        ("TERM to exit after the run (s)", f"{t['stop_s']:.2f}"),
+    ]
+    for label, value in rows:
+        print(f"  {label:<44}{value:>12}", file=out)
+    print(f"  processing round trips by command: {k['processing_client']}", file=out)
+    print(f"  commands run by scripts per job:   {k['processing_script']}\n", file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--count-jobs", type=int, default=5_000, help="jobs of the MONITOR run")
+    parser.add_argument("--no-status", action="store_true", help="track_status = false")
+    parser.add_argument("--no-table", action="store_true")
+    args = parser.parse_args(argv)
+    exit_on_term()
+    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
+    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
+    try:
+        server.start()
+        report = {
+            "machine": machine_info(server.client()),
+            "config": vars(args),
+            "timed": timed_run(tmp, server, args),
+            "counted": counted_run(tmp, server, args),
+        }
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not args.no_table:
+        print_table(report)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
