@@ -20,7 +20,7 @@ import redis
 
 from jobmaster import crypto
 from jobmaster import payload as wire
-from jobmaster.connection import connect
+from jobmaster.connection import connect, describe_error
 from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
@@ -114,7 +114,9 @@ class Client:
                 self._push_now(batch)
         except redis.RedisError as error:
             names = sorted({str(p.get("job")) for p in batch})
-            raise EnqueueError(f"could not enqueue {', '.join(names)}: {error}") from error
+            raise EnqueueError(
+                f"could not enqueue {', '.join(names)}: {describe_error(error)}"
+            ) from error
         return batch
 
     def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
@@ -146,7 +148,9 @@ class Client:
         try:
             return bool(self.scripts.push_unique(keys=keys, args=args))
         except redis.RedisError as error:
-            raise EnqueueError(f"could not enqueue {payload.get('job')}: {error}") from error
+            raise EnqueueError(
+                f"could not enqueue {payload.get('job')}: {describe_error(error)}"
+            ) from error
 
     def _push_now(self, payloads: list[dict[str, Any]]) -> None:
         now = time.time()

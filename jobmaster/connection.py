@@ -58,6 +58,24 @@ def connect(
     return redis.Redis.from_url(resolve_url(redis_url, data_dir), **options)
 
 
+OUT_OF_MEMORY = (
+    "Redis is out of memory: its used memory is over 'maxmemory', so it refuses writes; "
+    "free memory in Redis or raise maxmemory"
+)
+
+
+def describe_error(error: Exception) -> str:
+    """A Redis error as one readable line for logs and EnqueueError.
+
+    redis-py strips the ``OOM`` code from an out-of-memory refusal, leaving
+    "command not allowed when used memory > 'maxmemory'." (and, from a
+    pipeline, the whole command with its payload): say what it means instead.
+    """
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return OUT_OF_MEMORY
+    return str(error) or type(error).__name__
+
+
 def byte_list(reply: Any) -> list[bytes]:
     """A list reply of a client made by ``connect`` (bytes, not str), typed as such."""
     return cast(list[bytes], list(reply))

@@ -6,7 +6,20 @@ touches is passed in KEYS and shares the namespace's hash tag (see keys.py),
 so the scripts are Redis Cluster safe.
 
 Scripts are registered with redis-py's ``Script``, which calls EVALSHA and
-reloads the script on NOSCRIPT (after a Redis restart or failover).
+reloads the script on NOSCRIPT (after a Redis restart or failover, or on a
+fresh server that replaced the old one).
+
+Out of memory. A Redis over its ``maxmemory`` (``noeviction``) refuses a
+script's command that could grow memory only until the script has run its
+first write command: it never stops a script half way. So PUSH, FETCH,
+PERIODIC and PUSH_UNIQUE, whose first write is such a command, are refused
+whole, with nothing done (the caller backs off or raises EnqueueError),
+while FINISH and TRANSFER, which begin with an LREM/ZREM (writes Redis never
+refuses, since they free memory), run to the end: outcomes,
+acknowledgements and requeues are still recorded when Redis is full. That
+holds for scripts without a ``#!lua`` shebang; one with a shebang is refused
+whole under OOM unless it declares ``allow-oom``: keep that in mind before
+adding one.
 """
 
 from __future__ import annotations
@@ -75,10 +88,13 @@ return nil
 # ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go),
 # ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON; '' = none),
 # ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
-# (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend)
+# (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend),
+# ARGV[15] '1' when re-sent after a lost reply (optional): then do nothing
+#   unless the payload is still listed, since the first call may have run.
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH = """
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
+if removed == 0 and ARGV[15] == '1' then return 0 end
 if ARGV[2] ~= '-' then
   redis.call('INCR', KEYS[2])
   redis.call('INCR', KEYS[3])

@@ -51,6 +51,7 @@ from jobmaster.supervisor.memory import (
 )
 from jobmaster.supervisor.sdnotify import Notifier
 from jobmaster.supervisor.spawn import fork_child
+from jobmaster.worker.heartbeat import beat_interval
 from jobmaster.worker.identity import Identity
 from jobmaster.worker.loop import OutageLog
 
@@ -58,7 +59,6 @@ log = logging.getLogger("jobmaster.supervisor.master")
 
 STOP_MARGIN = 5.0  # seconds a stopping child gets beyond shutdown_timeout to push back
 CONTROL_INTERVAL = 0.5  # seconds between reads of the master's remote control list
-HEARTBEAT_INTERVAL = 5.0
 CONTROL_BATCH = 100  # remote commands read per look
 
 
@@ -525,7 +525,7 @@ class Master:
             pipe = self.redis.pipeline(transaction=beat)
             pipe.lpop(self.keys.control(self.identity), CONTROL_BATCH)
             if beat:
-                self._next_heartbeat = now + HEARTBEAT_INTERVAL
+                self._next_heartbeat = now + beat_interval(self.config.heartbeat_ttl)
                 self.queue_heartbeat(pipe)
             commands = byte_list(pipe.execute()[0] or [])
             self.outage.succeeded(now)

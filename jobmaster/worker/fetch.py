@@ -29,6 +29,15 @@ process. Instead:
   a producer may push without publishing), so the listener also wakes one
   idle thread once a second: the worst case is a second, and an idle process
   sends about one FETCH a second, plus its heartbeat and poller.
+
+A lost reply. FETCH is not a blocking command and is never re-sent by
+redis-py (workers connect with ``retry_commands=False``), so a reply lost to
+the socket timeout costs at most one job sitting in our in-progress list
+unrun: a Redis blocked past the timeout (a slow command, ``DEBUG SLEEP``)
+still runs the FETCH when it wakes. Nothing is lost or run twice: the entry
+is ours, no thread claims it, and the self-check (selfcheck.py) requeues it
+once it has been unclaimed twice in a row. A FETCH held by ``CLIENT PAUSE``
+is dropped with the connection we close on the timeout, so it never runs.
 """
 
 from __future__ import annotations

@@ -6,7 +6,12 @@ Duties, each on its own period:
 - read our control list (``quiet``, ``resume``, ``stop``) in the same round
   trip, so a remote command is acted on within one beat;
 - every half TTL, requeue the in-progress lists of processes whose
-  heartbeat has expired: a lost host's jobs are not lost with it.
+  heartbeat has expired: a lost host's jobs are not lost with it;
+- notice a Redis replaced by an empty one (server_watch.py) and say so;
+- keep our heartbeat alive while Redis is out of memory: the info hash
+  cannot be rewritten then (HSET and any MULTI are refused), but EXPIRE is
+  never refused, and without it our running jobs would be recovered (run
+  twice) by other processes once the TTL ran out.
 """
 
 from __future__ import annotations
@@ -17,12 +22,23 @@ import threading
 import time
 from collections.abc import Callable
 
+import redis
+
+from jobmaster.connection import byte_list
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.loop import run_periodically
+from jobmaster.worker.server_watch import ServerWatch
 
 log = logging.getLogger("jobmaster.worker.heartbeat")
 
 COMMANDS = ("quiet", "resume", "stop")
+
+
+def beat_interval(ttl: float) -> float:
+    """Seconds between two heartbeats: three chances to beat within ``ttl``,
+    so one slow round never makes a live process look dead (and its jobs
+    orphans); at most 5 s, so an idle process costs Redis little."""
+    return max(0.5, min(5.0, ttl / 3))
 
 
 class Heartbeat(threading.Thread):
@@ -39,10 +55,11 @@ class Heartbeat(threading.Thread):
         self.on_command = on_command
         self.stop_event = stop
         ttl = ctx.config.heartbeat_ttl
-        self.interval = max(0.5, min(5.0, ttl / 3))
+        self.interval = beat_interval(ttl)
         self.orphan_interval = max(1.0, ttl / 2)
         self.started_at = time.time()
         self._next_orphan_scan = 0.0
+        self.server = ServerWatch(ctx.redis, ctx.config.redis_url_masked)
 
     def beat(self) -> None:
         """One heartbeat: info with TTL, owner registration, pending commands."""
@@ -62,11 +79,37 @@ class Heartbeat(threading.Thread):
         fields.update(self.info())
         key = keys.heartbeat(ctx.name)
         pipe = ctx.redis.pipeline(transaction=True)
-        pipe.sadd(keys.processes, ctx.name)
+        pipe.sadd(keys.processes, ctx.name)  # 0: we were registered already
         pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
-        pipe.expire(key, max(1, round(ctx.config.heartbeat_ttl)))
+        pipe.expire(key, self.ttl)
         pipe.lpop(keys.control(ctx.name), 100)  # read and remove, one command
-        commands = pipe.execute()[3] or []
+        try:
+            added, _, _, commands = pipe.execute()
+        except redis.exceptions.OutOfMemoryError:
+            self.server.beat_failed()
+            self.keep_alive()
+            raise  # logged once per outage by the loop
+        except redis.RedisError:
+            self.server.beat_failed()
+            raise
+        self.dispatch(byte_list(commands or []))
+        self.server.beat_done(was_registered=not added)
+
+    @property
+    def ttl(self) -> int:
+        return max(1, round(self.ctx.config.heartbeat_ttl))
+
+    def keep_alive(self) -> None:
+        """Redis is out of memory: extend the heartbeat we have and read our
+        commands, with the two commands it still accepts (outside a MULTI,
+        which it refuses whole)."""
+        ctx = self.ctx
+        pipe = ctx.redis.pipeline(transaction=False)
+        pipe.expire(ctx.keys.heartbeat(ctx.name), self.ttl)
+        pipe.lpop(ctx.keys.control(ctx.name), 100)
+        self.dispatch(byte_list(pipe.execute()[1] or []))
+
+    def dispatch(self, commands: list[bytes]) -> None:
         for raw in commands:
             command = raw.decode(errors="replace")
             if command in COMMANDS:

@@ -22,6 +22,7 @@ from jobmaster.connection import byte_list
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher, Unit
+from jobmaster.worker.loop import OutageLog
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.wakeup import WakeupListener, WorkSignal
 from jobmaster.worker.watchdog import Watchdog
@@ -39,6 +40,7 @@ class Manager:
         self.fetcher = Fetcher(ctx, self.signal)
         self.fetching = threading.Event()
         self.fetching.set()
+        self.fetch_outage = OutageLog("fetch")  # shared by the processor threads
         self._running: dict[bytes, Unit] = {}
         self.completed = 0  # jobs finished (any outcome), for max_jobs_per_child
         # Stop fetching the moment this many jobs are done (0 = no limit):

@@ -246,11 +246,23 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     ]
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1
+    # A reply lost to a timeout or a dropped connection does not mean FINISH
+    # did not run: a Redis blocked past our socket timeout (a slow command,
+    # DEBUG SLEEP) runs it once it wakes, after we gave up. A second FINISH
+    # would then count the job twice and add a second attempt to its history,
+    # so every call after such an error is sent with the "resent" flag and
+    # does nothing unless the payload is still listed. The late call runs
+    # before any resent one: a Redis waking up serves its connections in the
+    # order their data arrived (and a new connection is accepted first), and
+    # a command held by CLIENT PAUSE is dropped with its closed connection.
+    # So the outcome is recorded once, by whichever call removes the payload.
+    resent = False
     while True:
         try:
-            ctx.scripts.finish(keys=call_keys, args=call_args)
-            return True
+            listed = ctx.scripts.finish(keys=call_keys, args=[*call_args, "1" if resent else "0"])
         except redis.RedisError as error:
+            if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+                resent = True
             if time.monotonic() + delay > deadline:
                 log.error(
                     "could not record outcome %s of jid=%s job=%s: %s; it stays in progress "
@@ -264,3 +276,14 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
                 return False
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+        else:
+            if resent and not listed:
+                log.info(
+                    "outcome %s of jid=%s job=%s was stored by an earlier call, whose reply "
+                    "was lost",
+                    outcome.kind,
+                    outcome.jid,
+                    outcome.job,
+                    extra={"jid": outcome.jid, "job": outcome.job},
+                )
+            return True

@@ -17,7 +17,7 @@ import redis
 
 from jobmaster.unique import UNTIL_STARTED
 from jobmaster.worker.executor import execute
-from jobmaster.worker.loop import OUTAGE_BACKOFF, OutageLog
+from jobmaster.worker.loop import OUTAGE_BACKOFF
 from jobmaster.worker.outcome import record, run_hook
 
 if TYPE_CHECKING:
@@ -36,8 +36,8 @@ class Processor(threading.Thread):
         self.ctx = manager.ctx
 
     def run(self) -> None:
-        outage = OutageLog(self.name)
         manager, stopping = self.manager, self.ctx.stopping
+        outage = manager.fetch_outage  # one log line per outage, not one per thread
         while not stopping.is_set():
             if not manager.fetching.is_set():
                 manager.fetching.wait(0.5)
