@@ -260,12 +260,13 @@ class Chaos:
             print(f"chaos: {at:7.2f}s  {done:>7} done  {name} {detail}", file=sys.stderr)
 
     def do_quiet(self) -> dict[str, Any]:
-        children = self.master.children()
         self.master.signal(signal.SIGTSTP)
         # Each child says when it stopped fetching; only then is "nothing
         # completes once the in-progress lists are empty" a fair test (a
         # child still starting would otherwise fetch after the check).
-        quieted = self.wait(lambda: children <= self.quiet_pids(), 15)
+        # Judged on the children alive at each look: one SIGKILLed just before
+        # the TSTP may still show in /proc for a moment, and never says it.
+        quieted = self.wait(lambda: self.master.children() <= self.quiet_pids(), 15)
         drained = quieted and self.wait(lambda: self.inflight() == 0, 15)
         before = self.done()
         held_until = time.monotonic() + 1.0
