@@ -103,6 +103,7 @@ MAX_CHILD_MB = 120
 BLOAT_MB = 200
 SHUTDOWN_TIMEOUT = 10
 REDIS_DOWN_S = 1.0
+MAX_CRASHES = 20
 BLOAT_QUEUE = "bloat"
 
 
@@ -155,6 +156,10 @@ class Chaos:
             memory_check_interval=1,
             memory_grace=5,
             poll_interval=0.5,
+            # A child dies about once a second here, so a job may be in three
+            # killed children by bad luck alone: that is not a poison pill
+            # (tests/process/test_master.py proves max_crashes on its own).
+            max_crashes=MAX_CRASHES,
             # The bloating job must not wait behind the whole backlog.
             queues=[BLOAT_QUEUE, "default"],
             strict=True,

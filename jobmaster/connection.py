@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -18,6 +19,7 @@ from redis.retry import Retry
 from jobmaster.embedded import embedded_url
 from jobmaster.errors import RedisVersionError
 
+T = TypeVar("T")
 log = logging.getLogger("jobmaster.connection")
 
 MIN_REDIS_VERSION = (6, 2)
@@ -91,10 +93,18 @@ def server_version(client: redis.Redis) -> tuple[int, ...]:
 def wait_for_redis(client: redis.Redis, shown_url: str, timeout: float = 30.0) -> tuple[int, ...]:
     """Check the version, waiting up to ``timeout`` for a Redis that is still booting
     (on a platform, the app and its Redis add-on often start together)."""
+    return when_reachable(lambda: check_version(client), shown_url, timeout)
+
+
+def when_reachable(call: Callable[[], T], shown_url: str, timeout: float = 30.0) -> T:
+    """``call()``, retried once a second for up to ``timeout`` while Redis is
+    unreachable or still loading its data after a restart (BusyLoadingError,
+    a ConnectionError: INFO answers during loading, the first write does
+    not), so a process starting at that moment waits instead of dying."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return check_version(client)
+            return call()
         except (redis.ConnectionError, redis.TimeoutError) as error:
             if time.monotonic() > deadline:
                 raise

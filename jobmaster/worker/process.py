@@ -19,7 +19,7 @@ import redis
 
 from jobmaster import crypto, registry
 from jobmaster.config import Config
-from jobmaster.connection import wait_for_redis
+from jobmaster.connection import wait_for_redis, when_reachable
 from jobmaster.errors import JobTimeout
 from jobmaster.job import JobOptions
 from jobmaster.procmem import measure_mb
@@ -63,7 +63,9 @@ class WorkerProcess:
 
     def start(self) -> None:
         wait_for_redis(self.ctx.redis, self.ctx.config.redis_url_masked)
-        self.heartbeat.beat()
+        # Registered before the first fetch; a Redis that answered INFO may
+        # still be loading its data and refuse this for a moment.
+        when_reachable(self.heartbeat.beat, self.ctx.config.redis_url_masked)
         self.manager.start()
         for thread in (self.heartbeat, self.poller, self.selfcheck, self.watchdog):
             thread.start()

@@ -355,3 +355,34 @@ def test_a_finish_that_redis_runs_after_the_worker_gave_up_is_recorded_once(
     assert store.llen(K.attempts(jid)) == 1, "the attempt was recorded twice"
     assert store.get(K.status(jid)) == b"complete"
     assert messages(jobmaster_logs, "stored by an earlier call", logging.INFO)
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_starting_while_redis_loads_its_data_waits_instead_of_dying(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    client: Client,
+) -> None:
+    """Right after a restart Redis answers INFO but refuses writes while it
+    loads its AOF (BusyLoadingError): a child starting then must wait for it,
+    not die with a traceback (seen in the chaos run's Redis restarts)."""
+    from jobmaster.worker.heartbeat import Heartbeat
+
+    real_beat = Heartbeat.beat
+    refusals = [2]
+
+    def loading_then_ready(self: Heartbeat) -> None:
+        if refusals[0]:
+            refusals[0] -= 1
+            raise redis.BusyLoadingError("Redis is loading the dataset in memory")
+        real_beat(self)
+
+    monkeypatch.setattr(Heartbeat, "beat", loading_then_ready)
+    caplog.set_level(logging.WARNING, logger="jobmaster.connection")
+    running_worker(make_config())
+    jid = client.push({"job": "tests.count", "args": ["after-loading"]})
+    wait_until(lambda: client.status(str(jid)) == "complete", 10)
+    assert refusals == [0]
+    assert sum("waiting for Redis" in r.getMessage() for r in caplog.records) == 2
