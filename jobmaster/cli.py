@@ -147,7 +147,7 @@ def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
     """Logging, then the embedded Redis (started first, stopped last), then the app."""
     from jobmaster.log import setup_logging
 
-    setup_logging(config.log_level, config.log_format)
+    setup_logging(config.log_level, config.log_format, config.log_levels)
     embedded = EmbeddedRedis(Path(config.data_dir)) if config.redis_url == "embedded" else None
     if embedded is not None:
         embedded.start()

@@ -60,7 +60,8 @@ class Config:
 
     app: list[str] = field(default_factory=_default("app"))
     middleware: list[str] = field(default_factory=_default("middleware"))
-    redis_url: str = field(default_factory=_default("redis_url"))
+    # Not in the repr: it may hold a password (``redis_url_masked`` shows it safely).
+    redis_url: str = field(default_factory=_default("redis_url"), repr=False)
     processes: int = field(default_factory=usable_cpus)
     concurrency: int = field(default_factory=_default("concurrency"))
     queues: list[str] = field(default_factory=_default("queues"))
@@ -82,6 +83,7 @@ class Config:
     namespace: str = field(default_factory=_default("namespace"))
     data_dir: str = field(default_factory=_default("data_dir"))
     log_level: str = field(default_factory=_default("log_level"))
+    log_levels: dict[str, str] = field(default_factory=_default("log_levels"))
     log_format: str = field(default_factory=_default("log_format"))
     dead_max_jobs: int = field(default_factory=_default("dead_max_jobs"))
     dead_max_days: float = field(default_factory=_default("dead_max_days"))
@@ -149,8 +151,12 @@ def _read_toml(label: str) -> dict[str, Any]:
             return data
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
+        # ValueError, not only TOMLDecodeError (its subclass): tomllib lets
+        # int()'s own error escape for an integer of more than 4300 digits.
         raise ConfigError(f"{label}: not valid TOML: {exc}") from exc
+    except RecursionError:  # tomllib recurses once per level of nested arrays or tables
+        raise ConfigError(f"{label}: not valid TOML: arrays or tables nested too deeply") from None
 
 
 def _suggest(key: str, candidates: Iterable[str]) -> str:
@@ -229,7 +235,9 @@ def _periodic(tables: object, label: str) -> dict[str, PeriodicEntry]:
         try:
             entries[name] = _periodic_entry(name, table)
         except ValueError as exc:
-            raise ConfigError(f"{label}: [periodic.{name}] {exc}") from None
+            # A quoted TOML table name may hold a newline: repr keeps the error one line.
+            shown = name if name.isprintable() else repr(name)
+            raise ConfigError(f"{label}: [periodic.{shown}] {exc}") from None
     return entries
 
 

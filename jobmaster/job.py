@@ -111,16 +111,16 @@ class BoundJob(Generic[P, R]):
         self.job = job
         self.job_options = options
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job now; returns its jid (None: a unique job's duplicate)."""
         return self._push(None, args, kwargs)
 
-    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    def enqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run ``seconds`` from now; its jid (None: a duplicate)."""
         return self._push(time.time() + float(seconds), args, kwargs)
 
     def enqueue_at(
-        self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs
+        self, when: datetime.datetime | float, /, *args: P.args, **kwargs: P.kwargs
     ) -> str | None:
         """Push the job to run at ``when`` (datetime or unix time); its jid, or None."""
         return self._push(unix_time(when), args, kwargs)
@@ -174,16 +174,16 @@ class JobFunction(Generic[P, R]):
             raise TypeError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))}")
         return BoundJob(self, replace(self.job_options, **overrides))
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job now; returns its jid (None: a unique job's duplicate)."""
         return BoundJob(self, self.job_options).enqueue(*args, **kwargs)
 
-    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    def enqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run ``seconds`` from now; its jid (None: a duplicate)."""
         return BoundJob(self, self.job_options).enqueue_in(seconds, *args, **kwargs)
 
     def enqueue_at(
-        self, when: datetime.datetime | float, *args: P.args, **kwargs: P.kwargs
+        self, when: datetime.datetime | float, /, *args: P.args, **kwargs: P.kwargs
     ) -> str | None:
         """Push the job to run at ``when`` (datetime or unix time); its jid, or None."""
         return BoundJob(self, self.job_options).enqueue_at(when, *args, **kwargs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 JSON = Any  # a value that json.dumps accepts and round-trips
 
 REQUIRED_FIELDS: dict[str, type] = {"jid": str, "job": str, "args": list, "queue": str}
+# Fields whose text becomes part of Redis key names (status, queue, lock).
+KEY_FIELDS = ("jid", "queue", "unique_digest")
 
 
 class BadPayload(ValueError):
@@ -36,7 +39,10 @@ def check_json(value: object, where: str) -> None:
     Dict keys must be strings: json.dumps would silently turn ``{1: x}`` into
     ``{"1": x}`` and the job would get other arguments than it was given.
     """
-    if value is None or isinstance(value, str | bool | int):
+    if value is None or isinstance(value, str | bool):
+        return
+    if isinstance(value, int):
+        _check_int(value, where)
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -58,12 +64,33 @@ def check_json(value: object, where: str) -> None:
     )
 
 
+def _check_int(value: int, where: str) -> None:
+    # json.dumps writes an int with int.__repr__, which refuses more digits
+    # than sys.get_int_max_str_digits() (4300 by default) with a ValueError.
+    if value.bit_length() <= 64:
+        return
+    try:
+        int.__repr__(value)
+    except ValueError:
+        limit = sys.get_int_max_str_digits()
+        raise TypeError(
+            f"{where} is an integer of more than {limit} digits, which JSON cannot write"
+        ) from None
+
+
+def _check_argument(value: object, where: str) -> None:
+    try:
+        check_json(value, where)
+    except RecursionError:  # check_json recurses once per level, as json.dumps does
+        raise TypeError(f"{where} is nested too deeply for JSON (or contains itself)") from None
+
+
 def check_arguments(job_name: str, args: Sequence[object], kwargs: Mapping[str, object]) -> None:
     """Raise TypeError naming the job and the first bad argument."""
     for index, arg in enumerate(args):
-        check_json(arg, f"{job_name}: argument {index}")
+        _check_argument(arg, f"{job_name}: argument {index}")
     for key, arg in kwargs.items():
-        check_json(arg, f"{job_name}: keyword argument {key!r}")
+        _check_argument(arg, f"{job_name}: keyword argument {key!r}")
 
 
 def build(
@@ -116,7 +143,10 @@ def strict_loads(raw: bytes | str) -> JSON:
     back, so a payload holding one could never be stored in the retry or
     dead set: it is refused here, as not JSON, on the way in.
     """
-    return json.loads(raw, parse_float=_finite, parse_constant=_no_constants)
+    try:
+        return json.loads(raw, parse_float=_finite, parse_constant=_no_constants)
+    except RecursionError:  # "[[[[...": json recurses once per level of nesting
+        raise ValueError("JSON nested too deeply") from None
 
 
 def decode(raw: bytes | str) -> dict[str, JSON]:
@@ -135,7 +165,22 @@ def decode(raw: bytes | str) -> dict[str, JSON]:
     kwargs = value.setdefault("kwargs", {})
     if not isinstance(kwargs, dict):
         raise BadPayload("payload field 'kwargs' is not an object")
+    for field in KEY_FIELDS:
+        if not key_safe(value.get(field, "")):
+            raise BadPayload(f"payload field {field!r} is not valid Unicode (a lone surrogate)")
     return value
+
+
+def key_safe(text: object) -> bool:
+    """Can ``text`` be part of a Redis key name? JSON may carry lone surrogates
+    ("\\ud800"), which have no UTF-8 form: redis-py cannot send them."""
+    if not isinstance(text, str):
+        return True  # not text: never used as a key part as it is
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def raw_text(raw: bytes) -> dict[str, str]:
@@ -160,6 +205,9 @@ def buried(raw: bytes, reason: str, queue: str | None) -> dict[str, JSON]:
     if isinstance(value, dict):
         entry: dict[str, JSON] = value
         entry.setdefault("jid", new_jid())
+        if not key_safe(entry["jid"]):
+            # The jid names the job's status key: a new one, the raw bytes kept.
+            entry.update(raw_text(raw), jid=new_jid())
     else:
         entry = {"jid": new_jid(), "job": None, "queue": queue, **raw_text(raw)}
     entry["error_class"] = "BadPayload"

@@ -186,7 +186,7 @@ class Recovery:
     def _release_unique(self, entry: dict[str, Any]) -> None:
         """A buried job (a poison pill) will not run again: free its unique lock."""
         lock = entry.get("unique_digest")
-        if entry.get("unique") in MODES and isinstance(lock, str):
+        if entry.get("unique") in MODES and isinstance(lock, str) and wire.key_safe(lock):
             self.scripts.unlock(
                 keys=[self.keys.unique(lock)], args=[str(entry.get("jid")), "release", 0]
             )
@@ -205,7 +205,13 @@ class Recovery:
         """Requeue the lists of every process whose heartbeat has expired."""
         reports: dict[str, RecoveryReport] = {}
         for member in byte_list(self.redis.smembers(self.keys.processes)):
-            identity = member.decode()
+            try:
+                identity = member.decode()
+            except UnicodeDecodeError:  # written by something else: no identity of ours
+                log.warning(
+                    "ignored a member of %s that is not a worker identity", self.keys.processes
+                )
+                continue
             if identity == own_identity or self.redis.exists(self.keys.heartbeat(identity)):
                 continue
             report = self.requeue_all(identity)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 Parser = Callable[[object], Any]
 
@@ -66,11 +66,24 @@ def mask_url(url: str) -> str:
         password = parts.password
     except ValueError:  # an unparseable URL may still hold a secret: show none of it
         return "<unparseable URL>"
-    if not password:
-        return url
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+    if password:
+        userinfo, _, hostinfo = parts.netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        url = urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+    # redis-py also reads a password from the query string: ``?password=...``.
+    address, mark, rest = url.partition("?")
+    query, hash_mark, fragment = rest.partition("#")
+    return address + mark + _mask_query(query) + hash_mark + fragment
+
+
+def _mask_query(query: str) -> str:
+    """``query`` with the value of each ``password=`` field replaced by ``***``."""
+    fields = query.split("&")
+    for index, item in enumerate(fields):
+        name = item.partition("=")[0]
+        if unquote_plus(name).strip().lower() == "password":
+            fields[index] = f"{name}=***"
+    return "&".join(fields)
 
 
 # --- parsers -----------------------------------------------------------------
@@ -112,7 +125,13 @@ def number(minimum: float, *, exclusive: bool = False) -> Parser:
                 value = float(value.strip())
             except ValueError:
                 raise ValueError(message) from None
-        if not isinstance(value, int | float) or not math.isfinite(value):
+        if not isinstance(value, int | float):
+            raise ValueError(message)
+        try:
+            value = float(value)  # TOML integers have no limit: 10**400 overflows here
+        except OverflowError:
+            raise ValueError(message) from None
+        if not math.isfinite(value):
             raise ValueError(message)
         if value < minimum or (exclusive and value == minimum):
             raise ValueError(message)
@@ -148,6 +167,14 @@ def string(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"must be a string, {_got(value)}")
     return value
+
+
+def path(value: object) -> str:
+    """A file system path: a NUL would only fail later, in os calls, as a traceback."""
+    text = string(value)
+    if "\x00" in text:
+        raise ValueError(f"must be a path without NUL characters, {_got(value)}")
+    return text
 
 
 def _items(value: object, what: str) -> list[str]:
@@ -258,6 +285,49 @@ def namespace(value: object) -> str:
 def crash_queue(value: object) -> str:
     text = string(value)
     return queue_name(text) if text else ""
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def logger_levels(value: object) -> dict[str, str]:
+    """``{"logger.name": "level"}``: a ``[log_levels]`` table, or ``name=level,...`` (env).
+
+    An unquoted dotted TOML key (``jobmaster.worker.executor = "warning"``)
+    arrives as nested tables: it is flattened back into the logger's name
+    rather than refused, since that is what whoever wrote it meant.
+    """
+    if isinstance(value, str):
+        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+        if any(not sign for _, sign, _ in pairs):
+            raise ValueError(f'must be "logger=level" entries separated by commas, {_got(value)}')
+        value = {name.strip(): level for name, _, level in pairs}
+    if not isinstance(value, dict):
+        raise ValueError(f'must be a table of "logger" = "level", {_got(value)}')
+    levels: dict[str, str] = {}
+    for name, level in _flatten(value, ""):
+        if not name:
+            raise ValueError(f"must name each logger, {_got(value)}")
+        try:
+            levels[name] = choice(*LOG_LEVELS)(level)
+        except ValueError as exc:
+            raise ValueError(f"entry {name!r} {exc}") from None
+    return levels
+
+
+def _flatten(table: dict[Any, Any], prefix: str) -> list[tuple[str, object]]:
+    """``(dotted name, value)`` pairs; a loop, not recursion: TOML may nest deeply."""
+    items: list[tuple[str, object]] = []
+    pending: list[tuple[str, dict[Any, Any]]] = [(prefix, table)]
+    while pending:
+        base, current = pending.pop()
+        for key, value in current.items():
+            name = f"{base}{str(key).strip()}"
+            if isinstance(value, dict) and value:
+                pending.append((f"{name}.", value))
+            else:
+                items.append((name, value))
+    return items
 
 
 MIN_SECRET_LENGTH = 16
@@ -409,7 +479,7 @@ _ALL = [
         name="cgroup_root",
         default="/sys/fs/cgroup",
         help='Where to read the container memory limit for "auto" and the guard.',
-        parse=string,
+        parse=path,
         env="JOBMASTER_CGROUP_ROOT",
     ),
     Setting(
@@ -440,14 +510,22 @@ _ALL = [
         name="data_dir",
         default=".jobmaster",
         help="Folder of the embedded Redis's data and socket, relative to the config file.",
-        parse=string,
+        parse=path,
     ),
     Setting(
         name="log_level",
         default="info",
         help="Log level: debug, info, warning, error or critical.",
-        parse=choice("debug", "info", "warning", "error", "critical"),
+        parse=choice(*LOG_LEVELS),
         cli=("--log-level",),
+    ),
+    Setting(
+        name="log_levels",
+        default={},
+        help='Levels of single loggers over log_level, as a [log_levels] table of "logger" = '
+        '"level" (env: "logger=level,...").',
+        parse=logger_levels,
+        env="JOBMASTER_LOG_LEVELS",
     ),
     Setting(
         name="log_format",

@@ -3,6 +3,13 @@
 Nothing here touches Redis; ``record`` (outcome.py) does that afterwards.
 Bad input becomes a dead-set outcome instead of an exception, so one
 broken payload never kills a processor thread or holds up the jobs behind it.
+
+Each job logs one ``job.start`` line and one end line named after its
+outcome: ``job.done`` (INFO), ``job.retry`` or ``job.failed`` (retry off;
+WARNING), ``job.dead`` (ERROR), with ``duration_ms`` and, for a failure, the
+error's class and message. A job held back by middleware logs
+``job.deferred`` instead. The lines carry the jid, job name and queue, never
+the arguments: those may be secrets (``encrypt=True``) or personal data.
 """
 
 from __future__ import annotations
@@ -82,9 +89,11 @@ def _run(
         try:
             hooks.before_process(chain, around)
         except Defer as held:
-            log.info("held back for %.1fs: %s", held.seconds, held, extra=context)
+            _event(
+                logging.INFO, "job.deferred", context, "held back for %.1fs: %s", held.seconds, held
+            )
             return with_unique(deferred(payload, held.seconds, str(held), time.time()), payload)
-    log.debug("start", extra=context)
+    _event(logging.INFO, "job.start", context, "start")
     outcome, raised = _call(job, payload, unit, watchdog, on_start, context, arguments)
     if around is not None:
         hooks.after_process(chain, around, raised)
@@ -115,35 +124,53 @@ def _call(
         outcome = decide_failure(payload, error, options.backoff, time.time(), options.retry)
         _log_failure(outcome, context, time.monotonic() - started)
         return with_hook(with_unique(outcome, payload), payload, options, error), error
-    log.debug("done in %.1f ms", (time.monotonic() - started) * 1000, extra=context)
+    took = (time.monotonic() - started) * 1000
+    _event(logging.INFO, "job.done", context, "done in %.1f ms", took, duration_ms=took)
     return with_hook(with_unique(succeeded(payload), payload), payload, options, None), None
+
+
+def _event(
+    level: int, event: str, context: dict[str, Any], message: str, *args: object, **fields: Any
+) -> None:
+    """Log one per-job line with ``event`` (and e.g. ``duration_ms``) as fields.
+
+    Checked first so that a level that hides the line (``log_levels``) costs
+    no dict and no formatting: this runs twice for every job.
+    """
+    if not log.isEnabledFor(level):
+        return
+    if "duration_ms" in fields:
+        fields["duration_ms"] = round(fields["duration_ms"], 3)
+    log.log(level, message, *args, extra={**context, "event": event, **fields})
 
 
 def _buried(unit: Unit, reason: str) -> Outcome:
     outcome = bad_payload(unit.raw, reason, unit.queue)
-    log.error(
-        "dead on arrival: %s",
-        reason,
-        extra={"jid": outcome.jid, "job": outcome.job, "queue": unit.queue},
-    )
+    context = {"jid": outcome.jid, "job": outcome.job, "queue": unit.queue}
+    _event(logging.ERROR, "job.dead", context, "dead on arrival: %s", reason, error=outcome.error)
     return outcome
 
 
-def _log_failure(outcome: Outcome, context: dict[str, object], seconds: float) -> None:
-    duration = seconds * 1000
+def _log_failure(outcome: Outcome, context: dict[str, Any], seconds: float) -> None:
+    """The failure's end line: ``job.retry``, ``job.dead`` or ``job.failed`` (dropped)."""
+    took = seconds * 1000
+    fields = {"duration_ms": took, "error": outcome.error}
     if outcome.kind == "retry":
         count = (outcome.stored or {}).get("retry_count")
-        log.warning(
+        _event(
+            logging.WARNING,
+            "job.retry",
+            context,
             "failed after %.1f ms: %s; retry %s in %.0fs",
-            duration,
+            took,
             outcome.reason,
             count,
             outcome.score - time.time(),
-            extra=context,
+            **fields,
         )
     elif outcome.kind == "dead":
-        log.error("failed after %.1f ms, dead: %s", duration, outcome.reason, extra=context)
+        message = "failed after %.1f ms, dead: %s"
+        _event(logging.ERROR, "job.dead", context, message, took, outcome.reason, **fields)
     else:
-        log.warning(
-            "failed after %.1f ms, dropped (retry off): %s", duration, outcome.reason, extra=context
-        )
+        message = "failed after %.1f ms, dropped (retry off): %s"
+        _event(logging.WARNING, "job.failed", context, message, took, outcome.reason, **fields)
