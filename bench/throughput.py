@@ -34,6 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import redis
 from harness import (
     Master,
@@ -65,6 +66,16 @@ def push(url: str, jobs: int) -> float:
     return time.perf_counter() - started
 
 
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def redis_cpu_seconds(conn: redis.Redis) -> float:
+    info = conn.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def processed(conn: redis.Redis) -> int:
     return int(conn.get(KEYS.stat("processed")) or 0)
 
@@ -86,6 +97,7 @@ def run_master(
     baseline = processed(conn)
     polls = 0
     first: float | None = None
+    redis_cpu_before = redis_cpu_seconds(conn)
     started = time.perf_counter()
     master.start()
     try:
@@ -103,6 +115,9 @@ def run_master(
         else:
             raise RuntimeError(f"not done in {RUN_DEADLINE}s\n{log_tail(master.logfile)}")
         finished = time.perf_counter()
+        children_cpu = sum(cpu_seconds(pid) for pid in master.children())
+        master_cpu = cpu_seconds(master.pid)
+        redis_cpu = redis_cpu_seconds(conn) - redis_cpu_before
     finally:
         stop_s, code = master.stop()
     total = finished - started
@@ -113,6 +128,11 @@ def run_master(
         "jobs_per_s_from_start": jobs / total,
         "jobs_per_s_from_first_job": jobs / from_first,
         "bench_polls": polls,
+        # Where the CPU goes, per job: the children (job system + redis-py),
+        # the master, and Redis itself (which includes the bench's own polls).
+        "children_cpu_us_per_job": children_cpu / jobs * 1e6,
+        "master_cpu_us_per_job": master_cpu / jobs * 1e6,
+        "redis_cpu_us_per_job": redis_cpu / jobs * 1e6,
         "stop_s": stop_s,
         "exit_code": code,
     }
@@ -190,6 +210,9 @@ def print_table(report: dict[str, Any]) -> None:
         ("round trips per job: enqueue", f"{k['enqueue_round_trips_per_job']:.3f}"),
         ("round trips per job: fetch + ack + stats", f"{k['processing_round_trips_per_job']:.3f}"),
         ("round trips per job: total (target <= 4)", f"{k['round_trips_per_job']:.3f}"),
+        ("CPU per job: children (us)", f"{t['children_cpu_us_per_job']:.0f}"),
+        ("CPU per job: master (us)", f"{t['master_cpu_us_per_job']:.1f}"),
+        ("CPU per job: redis-server (us)", f"{t['redis_cpu_us_per_job']:.0f}"),
         ("TERM to exit after the run (s)", f"{t['stop_s']:.2f}"),
     ]
     for label, value in rows:
