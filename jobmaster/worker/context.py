@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import redis
 
@@ -46,7 +47,8 @@ class WorkerContext:
             scripts=Scripts(client),
         )
 
-    @property
+    # Cached: read for every job on the hot path, and fixed for the process's life.
+    @cached_property
     def name(self) -> str:
         """The identity as a string: names the in-progress list and heartbeat."""
         return str(self.identity)
@@ -56,14 +58,14 @@ class WorkerContext:
         """Seconds job statuses are kept; 0 when status tracking is off."""
         return round(self.config.status_ttl) if self.config.track_status else 0
 
-    @property
+    @cached_property
     def dead_limits(self) -> DeadSetLimits:
         return DeadSetLimits(self.config.dead_max_jobs, self.config.dead_max_days)
 
-    @property
+    @cached_property
     def recovery(self) -> Recovery:
         return Recovery(self.redis, self.keys, self.scripts, self.dead_limits, self.status_ttl)
 
-    @property
+    @cached_property
     def inprogress_key(self) -> str:
         return self.keys.inprogress(self.name)
