@@ -445,6 +445,9 @@ class Chaos:
             # quiet: nothing completed while quiet; HUP: every child retired
             # stopped; TTIN/TTOU: one more, then one fewer; memory: recycled.
             "every disruption had its effect": not self.tally.missed,
+            # A traceback in the log is a thread or process that died of a
+            # bug of ours, even if no job was lost to it.
+            "no traceback in the log": figures["log_tracebacks"] == 0,
         }
         return {
             "profile": {"name": self.args.profile, **asdict(self.profile)},
