@@ -23,20 +23,15 @@ table on stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import redis
-from harness import exit_on_term, free_port, machine_info
+from harness import emit, exit_on_term, machine_info, private_redis
 
 from jobmaster import payload as wire
-from jobmaster.embedded import RedisServerProcess
 
 QUEUE = "ceiling:queue"
 PROCESSED = "ceiling:processed"
@@ -98,6 +93,16 @@ def run(url: str, conn: redis.Redis, jobs: int, processes: int, batch: int) -> d
     return {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds, "batch": batch}
 
 
+def print_table(report: dict[str, Any]) -> None:
+    out = sys.stderr
+    processes = report["config"]["processes"]
+    print(f"\nreliable-fetch ceiling, {processes} processes, bare redis-py", file=out)
+    for name in ("unbatched", "batched"):
+        r = report[name]
+        print(f"  {name:<10} batch {r['batch']:>3}  {r['jobs_per_s']:>10,.0f} jobs/s", file=out)
+    print("", file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--jobs", type=int, default=50_000)
@@ -106,10 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true")
     args = parser.parse_args(argv)
     exit_on_term()
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    try:
-        server.start()
+    with private_redis() as (_, server):
         conn = server.client()
         report = {
             "machine": machine_info(conn),
@@ -117,18 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             "unbatched": run(server.url, conn, args.jobs, args.processes, 1),
             "batched": run(server.url, conn, args.jobs, args.processes, args.batch),
         }
-    finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    if not args.no_table:
-        out = sys.stderr
-        print(f"\nreliable-fetch ceiling, {args.processes} processes, bare redis-py", file=out)
-        for name in ("unbatched", "batched"):
-            r = report[name]
-            print(f"  {name:<10} batch {r['batch']:>3}  {r['jobs_per_s']:>10,.0f} jobs/s", file=out)
-        print("", file=out)
-    print(json.dumps(report, indent=2))
-    return 0
+    return emit(report, print_table, args.no_table)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,8 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -48,7 +46,16 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from harness import Master, exit_on_term, free_port, log_tail, machine_info, text, write_config
+from harness import (
+    Master,
+    emit,
+    exit_on_term,
+    log_tail,
+    machine_info,
+    private_redis,
+    text,
+    write_config,
+)
 
 import jobmaster
 from jobmaster import payload as wire
@@ -121,11 +128,13 @@ class Tally:
 
 
 class Chaos:
-    def __init__(self, profile: Profile, tmp: Path, args: argparse.Namespace) -> None:
+    def __init__(
+        self, profile: Profile, tmp: Path, server: RedisServerProcess, args: argparse.Namespace
+    ) -> None:
         self.profile = profile
         self.args = args
         self.rng = random.Random(args.seed)
-        self.server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=True)
+        self.server = server  # append-only: its restart (do_redis_restart) must keep the jobs
         self.logfile = tmp / "master.log"
         self.tmp = tmp
         self.tally = Tally()
@@ -142,7 +151,6 @@ class Chaos:
 
     # -- setup -------------------------------------------------------------
     def start(self) -> None:
-        self.server.start()
         self.conn = self.server.client(socket_timeout=10)
         self.inflight_script = self.conn.register_script(INFLIGHT_SCRIPT)
         config = write_config(
@@ -465,9 +473,9 @@ class Chaos:
         }
 
     def close(self) -> None:
+        """Stop the master (the server is stopped after it, by private_redis)."""
         with contextlib.suppress(Exception):
             self.master.stop(timeout=SHUTDOWN_TIMEOUT + 20)
-        self.server.stop()
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -510,24 +518,20 @@ def main(argv: list[str] | None = None) -> int:
     profile = PROFILES[args.profile]
     if args.jobs:
         profile = Profile(**{**asdict(profile), "jobs": args.jobs})
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-chaos-"))
-    chaos = Chaos(profile, tmp, args)
-    try:
-        chaos.start()
-        settled = chaos.run()
-        report = chaos.report(settled, time.monotonic() - chaos.started)
-    except BaseException:
-        print(f"chaos: master log tail:\n{log_tail(chaos.logfile, 60)}", file=sys.stderr)
-        raise
-    finally:
-        chaos.close()
-        if args.keep:
-            print(f"chaos: kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print_table(report)
-    print(json.dumps(report, indent=2))
-    return 0 if report["ok"] else 1
+    # Append-only, so the Redis restarts of the run keep every job.
+    scratch = private_redis(appendonly=True, prefix="jobmaster-chaos-", keep=args.keep)
+    with scratch as (tmp, server):
+        chaos = Chaos(profile, tmp, server, args)
+        try:
+            chaos.start()
+            settled = chaos.run()
+            report = chaos.report(settled, time.monotonic() - chaos.started)
+        except BaseException:
+            print(f"chaos: master log tail:\n{log_tail(chaos.logfile, 60)}", file=sys.stderr)
+            raise
+        finally:
+            chaos.close()
+    return emit(report, print_table)
 
 
 if __name__ == "__main__":

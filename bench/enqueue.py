@@ -18,20 +18,15 @@ machine). JSON on stdout, a table on stderr.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import bench_jobs
-from harness import exit_on_term, free_port, machine_info
+from harness import emit, exit_on_term, machine_info, private_redis
 
 import jobmaster
-from jobmaster.embedded import RedisServerProcess
 
 JOB = "bench_jobs.noop"
 
@@ -56,6 +51,19 @@ def summary(rates: list[float]) -> dict[str, Any]:
     return {"best": max(rates), "median": statistics.median(rates), "runs": rates}
 
 
+def print_table(report: dict[str, Any]) -> None:
+    out = sys.stderr
+    repeat = report["config"]["repeat"]
+    print(f"\nenqueue, {repeat} runs each (jobs/s)      best     median", file=out)
+    for label, key in (
+        ("single enqueue()", "single_jobs_per_s"),
+        ("push_bulk", "bulk_jobs_per_s"),
+    ):
+        s = report[key]
+        print(f"  {label:<34}{s['best']:>8,.0f}{s['median']:>11,.0f}", file=out)
+    print("", file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--single", type=int, default=5_000, help="jobs enqueued one by one")
@@ -64,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true")
     args = parser.parse_args(argv)
     exit_on_term()
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    try:
-        server.start()
+    with private_redis() as (_, server):
         conn = server.client()
         jobmaster.configure(redis_url=server.url)
         singles, bulks = [], []
@@ -82,21 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             "single_jobs_per_s": summary(singles),
             "bulk_jobs_per_s": summary(bulks),
         }
-    finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    if not args.no_table:
-        out = sys.stderr
-        print(f"\nenqueue, {args.repeat} runs each (jobs/s)      best     median", file=out)
-        for label, key in (
-            ("single enqueue()", "single_jobs_per_s"),
-            ("push_bulk", "bulk_jobs_per_s"),
-        ):
-            s = report[key]
-            print(f"  {label:<34}{s['best']:>8,.0f}{s['median']:>11,.0f}", file=out)
-        print("", file=out)
-    print(json.dumps(report, indent=2))
-    return 0
+    return emit(report, print_table, args.no_table)
 
 
 if __name__ == "__main__":

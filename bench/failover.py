@@ -58,33 +58,34 @@ to omit it). Targets: requeue and restart latency median < 500 ms, max <
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import platform
 import re
-import shutil
 import signal
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import redis
+from harness import (
+    PREFIX,
+    Master,
+    emit,
+    exit_on_term,
+    log_tail,
+    machine_info,
+    private_redis,
+    summary_ms,
+    text,
+    write_config,
+)
 
 import jobmaster
-from jobmaster.embedded import RedisServerProcess
 
-BENCH_DIR = Path(__file__).resolve().parent
 FAILOVER_PREFIX = "bench:failover:"  # same as bench_jobs.FAILOVER_PREFIX (no job registry here)
 JOB_NAME = "bench_jobs.hold"
-NAMESPACE = "jobmaster"
-PREFIX = f"{NAMESPACE}:{{{NAMESPACE}}}:"  # jobmaster.keys.Keys prefix
 QUEUE_KEY = f"{PREFIX}queue:default"
 INPROGRESS_PATTERN = f"{PREFIX}inprogress:*"
 HEARTBEAT_PATTERN = f"{PREFIX}heartbeat:*"
@@ -96,7 +97,6 @@ POOL_DEADLINE = 90.0  # both children up (covers the crash-loop backoff, at most
 START_DEADLINE = 10.0  # the job's first start mark
 MEASURE_DEADLINE = 10.0  # requeue and restart after the kill
 DRAIN_DEADLINE = 10.0  # the job gone after its stop key
-STOP_DEADLINE = 60.0
 POLL_INTERVAL = 0.001
 
 TARGET_MEDIAN_MS = 500.0
@@ -122,142 +122,19 @@ return false
 """
 
 
-# -- helpers -----------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def jobmaster_executable() -> str:
-    beside = Path(sys.executable).parent / "jobmaster"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("jobmaster")
-    if found is None:
-        raise SystemExit("bench: no `jobmaster` console script next to python or on PATH")
-    return found
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no master log)"
-
-
-def children_of(pid: int) -> set[int]:
-    """Live (or not yet reaped) children of ``pid``, from /proc."""
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return set()
-    return {int(p) for p in text.split()}
-
-
-def is_jobmaster(pid: int) -> bool:
-    try:
-        return b"jobmaster" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def stats(values: list[float]) -> dict[str, Any]:
-    if not values:
-        return {"n": 0}
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "min_ms": ordered[0],
-        "median_ms": statistics.median(ordered),
-        "mean_ms": statistics.fmean(ordered),
-        "max_ms": ordered[-1],
-        "values_ms": values,
-    }
-
-
-# -- the master ----------------------------------------------------------------
-def write_config(directory: Path, url: str) -> Path:
-    path = directory / "jobmaster.toml"
-    path.write_text(
-        "\n".join(
-            [
-                'app = ["bench_jobs"]',
-                f'redis_url = "{url}"',
-                f"processes = {PROCESSES}",
-                f"concurrency = {CONCURRENCY}",
-                f"shutdown_timeout = {SHUTDOWN_TIMEOUT}",
-                'log_level = "info"',
-                f'data_dir = "{directory / "data"}"',
-                "",
-            ]
-        )
-    )
-    return path
-
-
-def start_master(config: Path, url: str, logfile: Path) -> subprocess.Popen[bytes]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("JOBMASTER_") and k != "REDIS_URL"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")]))
-    env["BENCH_REDIS_URL"] = url
-    command = [jobmaster_executable(), "-c", str(config), "--redis-url", url]
-    with logfile.open("ab") as log:
-        return subprocess.Popen(
-            command,
-            cwd=BENCH_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C to the bench is handled by our finally
-        )
-
-
-def stop_master(master: subprocess.Popen[bytes], seen: set[int]) -> tuple[float, int | None]:
-    """SIGTERM, wait; SIGKILL if it outlives STOP_DEADLINE. (seconds, exit code).
-
-    Afterwards any child pid ever seen that is still a jobmaster process is
-    SIGKILLed (only if the master failed to stop them)."""
-    started = time.monotonic()
-    if master.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            master.send_signal(signal.SIGTERM)
-        try:
-            master.wait(timeout=STOP_DEADLINE)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                master.kill()
-            master.wait(timeout=10)
-    elapsed = time.monotonic() - started
-    for pid in seen:
-        if is_jobmaster(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    return elapsed, master.returncode
-
-
 class Pool:
-    """What the bench knows about the master's children."""
+    """What the bench knows about the master's children: when each was first seen."""
 
-    def __init__(self, conn: redis.Redis, master: subprocess.Popen[bytes], logfile: Path) -> None:
+    def __init__(self, conn: redis.Redis, master: Master) -> None:
         self.conn = conn
         self.master = master
-        self.logfile = logfile
-        self.seen: set[int] = set()
         self.first_seen: dict[int, float] = {}
 
     def children(self) -> set[int]:
-        pids = children_of(self.master.pid)
+        pids = self.master.children()
         now = time.monotonic()
-        for pid in pids - self.seen:
+        for pid in pids - self.first_seen.keys():
             self.first_seen[pid] = now
-        self.seen |= pids
         return pids
 
     def heartbeat_pids(self) -> set[int]:
@@ -273,12 +150,12 @@ class Pool:
         started = time.monotonic()
         deadline = started + POOL_DEADLINE
         while time.monotonic() < deadline:
-            if self.master.poll() is not None:
+            if not self.master.alive():
                 raise RuntimeError(
-                    f"master exited with code {self.master.returncode}; "
-                    f"log tail:\n{log_tail(self.logfile)}"
+                    f"master exited with code {self.master.returncode()}; "
+                    f"log tail:\n{log_tail(self.master.logfile)}"
                 )
-            alive = {p for p in self.children() if is_jobmaster(p)}  # zombies excluded
+            alive = self.children()  # zombies excluded
             ready = alive & self.heartbeat_pids()
             now = time.monotonic()
             old = {p for p in ready if now - self.first_seen[p] >= min_age}
@@ -287,7 +164,7 @@ class Pool:
             time.sleep(0.02)
         raise RuntimeError(
             f"the pool never had {PROCESSES} ready children within {POOL_DEADLINE}s; "
-            f"log tail:\n{log_tail(self.logfile)}"
+            f"log tail:\n{log_tail(self.master.logfile)}"
         )
 
 
@@ -386,7 +263,7 @@ def kill_and_measure(conn: redis.Redis, pool: Pool, job: dict[str, Any]) -> dict
 
     # The replacement child may come later (crash-loop backoff): slower polling.
     deadline = time.monotonic() + POOL_DEADLINE
-    while replacement is None and time.monotonic() < deadline and pool.master.poll() is None:
+    while replacement is None and time.monotonic() < deadline and pool.master.alive():
         if new := pool.children() - before:
             replacement, replacement_at = min(new), time.time()
         else:
@@ -452,12 +329,17 @@ def one_kill(
     job = start_job(index, conn, client, pool, args.hold)
     measured = kill_and_measure(conn, pool, job)
     finished = finish_job(conn, job["token"])
-    logged = log_checks(pool.logfile, job["killed_pid"], measured["replacement_pid"])
+    logged = log_checks(pool.master.logfile, job["killed_pid"], measured["replacement_pid"])
     job.pop("children_before")
     return {"round": index, "pool_wait_s": pool_wait, **job, **measured, **finished, **logged}
 
 
 # -- report --------------------------------------------------------------------
+def stats(values: list[float]) -> dict[str, Any]:
+    """The summary, plus every value: a round's figure is worth a look."""
+    return {**summary_ms(values), "values_ms": values} if values else summary_ms(values)
+
+
 def verdict(value: float, target: float) -> str:
     return "ok" if value < target else "MISSED"
 
@@ -528,94 +410,76 @@ def print_table(report: dict[str, Any]) -> None:
     )
 
 
-def machine_info(conn: redis.Redis) -> dict[str, Any]:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        affinity = os.cpu_count()
-    return {
-        "nproc": affinity,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "redis": conn.info("server")["redis_version"],
-        "redis_py": redis.__version__,
-        "jobmaster": jobmaster.__version__,
-    }
-
-
 # -- main ----------------------------------------------------------------------
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    master: subprocess.Popen[bytes] | None = None
-    pool: Pool | None = None
-    logfile = tmp / "master.log"
-    try:
-        server.start()
+    with private_redis(keep=args.keep_log) as (tmp, server):
         url = server.url
         conn = server.client()
         machine = machine_info(conn)
         client = jobmaster.Client(url)
+        config = write_config(
+            tmp,
+            url,
+            app=["bench_jobs"],
+            processes=PROCESSES,
+            concurrency=CONCURRENCY,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+        )
+        with Master(config, url, tmp / "master.log").running() as master:
+            pool = Pool(conn, master)
+            startup = pool.wait_ready(0.0)
+            rounds = [one_kill(i + 1, conn, client, pool, args) for i in range(args.kills)]
+            stop_s, code = master.stop()
+            return report(args, machine, rounds, master, startup, stop_s, code)
 
-        master = start_master(write_config(tmp, url), url, logfile)
-        pool = Pool(conn, master, logfile)
-        startup = pool.wait_ready(0.0)
-        rounds = [one_kill(i + 1, conn, client, pool, args) for i in range(args.kills)]
 
-        stop_s, code = stop_master(master, pool.seen)
-        log = logfile.read_text(errors="replace")
+def report(
+    args: argparse.Namespace,
+    machine: dict[str, Any],
+    rounds: list[dict[str, Any]],
+    master: Master,
+    startup: float,
+    stop_s: float,
+    code: int | None,
+) -> dict[str, Any]:
+    logged = master.log_counts()
+    # every kill logs one ERROR line ("child N (pid P) died: SIGKILL")
+    kills_logged = sum(r["log_died"] is not None for r in rounds)
 
-        def values(name: str) -> list[float]:
-            return [r[f"{name}_ms"] for r in rounds if r[f"{name}_ms"] is not None]
+    def values(name: str) -> list[float]:
+        return [r[f"{name}_ms"] for r in rounds if r[f"{name}_ms"] is not None]
 
-        return {
-            "machine": machine,
-            "config": {
-                "kills": args.kills,
-                "processes": PROCESSES,
-                "concurrency": CONCURRENCY,
-                "shutdown_timeout": SHUTDOWN_TIMEOUT,
-                "hold_s": args.hold,
-                "min_age_s": args.min_age,
-                "poll_interval_ms": POLL_INTERVAL * 1000,
-            },
-            "targets": {"median_ms": TARGET_MEDIAN_MS, "max_ms": TARGET_MAX_MS},
-            "requeue": stats(values("requeue")),
-            "restart": stats(values("restart")),
-            "replacement": stats(values("replacement")),
-            "checks": {
-                "log_died_sigkill": sum(r["log_died_sigkill"] for r in rounds),
-                "log_replacement_started": sum(r["log_replacement_started"] for r in rounds),
-                "crash_count_1": sum(r["crash_count"] == 1 for r in rounds),
-                "ran_twice": sum(r["starts"] == 2 for r in rounds),
-                "backoffs_s": [r["log_backoff_s"] for r in rounds if r["log_backoff_s"]],
-            },
-            "rounds": rounds,
-            "master": {
-                "startup_s": startup,
-                "stop_s": stop_s,
-                "exit_code": code,
-                "log_warnings": log.count("WARNING"),
-                # every kill logs one ERROR line ("child N (pid P) died: SIGKILL")
-                "log_errors": log.count("ERROR") + log.count("Traceback"),
-                "log_errors_beyond_kills": log.count("ERROR")
-                + log.count("Traceback")
-                - sum(r["log_died"] is not None for r in rounds),
-            },
-        }
-    except BaseException:
-        if master is not None:
-            print(f"bench: master log tail:\n{log_tail(logfile)}", file=sys.stderr)
-        raise
-    finally:
-        if master is not None:
-            stop_master(master, pool.seen if pool is not None else set())
-        server.stop()
-        if args.keep_log:
-            print(f"bench: kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "machine": machine,
+        "config": {
+            "kills": args.kills,
+            "processes": PROCESSES,
+            "concurrency": CONCURRENCY,
+            "shutdown_timeout": SHUTDOWN_TIMEOUT,
+            "hold_s": args.hold,
+            "min_age_s": args.min_age,
+            "poll_interval_ms": POLL_INTERVAL * 1000,
+        },
+        "targets": {"median_ms": TARGET_MEDIAN_MS, "max_ms": TARGET_MAX_MS},
+        "requeue": stats(values("requeue")),
+        "restart": stats(values("restart")),
+        "replacement": stats(values("replacement")),
+        "checks": {
+            "log_died_sigkill": sum(r["log_died_sigkill"] for r in rounds),
+            "log_replacement_started": sum(r["log_replacement_started"] for r in rounds),
+            "crash_count_1": sum(r["crash_count"] == 1 for r in rounds),
+            "ran_twice": sum(r["starts"] == 2 for r in rounds),
+            "backoffs_s": [r["log_backoff_s"] for r in rounds if r["log_backoff_s"]],
+        },
+        "rounds": rounds,
+        "master": {
+            "startup_s": startup,
+            "stop_s": stop_s,
+            "exit_code": code,
+            **logged,
+            "log_errors_beyond_kills": logged["log_errors"] - kills_logged,
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -631,11 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true", help="JSON on stdout only")
     parser.add_argument("--keep-log", action="store_true", help="keep the temp dir and log")
     args = parser.parse_args(argv)
-    report = run(args)
-    if not args.no_table:
-        print_table(report)
-    print(json.dumps(report, indent=2))
-    return 0
+    exit_on_term()
+    return emit(run(args), print_table, args.no_table)
 
 
 if __name__ == "__main__":

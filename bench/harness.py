@@ -1,15 +1,17 @@
 """What every benchmark in bench/ needs around the thing it measures.
 
-A private ``redis-server`` on a free port (the shared one on 6379 is never
-touched), the real ``jobmaster`` command as a subprocess with a clean
-environment, the master's children from /proc, and the machine's figures
-printed beside every result. Kept here so each benchmark file holds only its
-own measure.
+A private ``redis-server`` on a free port in a temporary directory (the
+shared one on 6379 is never touched), the real ``jobmaster`` command as a
+subprocess with a clean environment, the master's children from /proc, the
+machine's figures printed beside every result, and the same ending for every
+bench (a table on stderr, JSON on stdout). Kept here so each benchmark file
+holds only its own measure.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import shutil
@@ -18,15 +20,19 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import redis
 
 import jobmaster
+from jobmaster.embedded import RedisServerProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
 NAMESPACE = "jobmaster"
@@ -93,8 +99,15 @@ def summary_ms(values: list[float]) -> dict[str, Any]:
         "n": len(ordered),
         "min_ms": ordered[0],
         "median_ms": statistics.median(ordered),
+        "mean_ms": statistics.fmean(ordered),
         "max_ms": ordered[-1],
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def machine_info(conn: redis.Redis) -> dict[str, Any]:
@@ -111,6 +124,44 @@ def machine_info(conn: redis.Redis) -> dict[str, Any]:
         "redis_py": redis.__version__,
         "jobmaster": jobmaster.__version__,
     }
+
+
+@contextlib.contextmanager
+def private_redis(
+    *, appendonly: bool = False, prefix: str = "jobmaster-bench-", keep: bool = False
+) -> Iterator[tuple[Path, RedisServerProcess]]:
+    """A started ``redis-server`` of the bench's own, in a new temp dir: (dir, server).
+
+    No persistence by default, as the peers get in bench/peers.py (an fsync
+    would be part of every figure); chaos.py asks for ``appendonly`` so a
+    Redis restart keeps its jobs. The dir is the bench's scratch space too
+    (configs, master logs). However the block ends, the server is stopped
+    and the dir removed, so nothing outlives the bench; ``keep`` leaves the
+    dir for a post-mortem of the logs.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=appendonly)
+    try:
+        server.start()
+        yield tmp, server
+    finally:
+        server.stop()
+        if keep:
+            print(f"bench: kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def emit(
+    report: dict[str, Any], print_table: Callable[[dict[str, Any]], None], no_table: bool = False
+) -> int:
+    """The end of every bench: the table on stderr (for a person) unless
+    ``no_table``, the JSON on stdout (for a pipe or a file). The exit status:
+    1 if the report has failed checks (``"ok": false``), else 0."""
+    if not no_table:
+        print_table(report)
+    print(json.dumps(report, indent=2))
+    return 0 if report.get("ok", True) else 1
 
 
 def exit_on_term() -> None:
@@ -158,18 +209,32 @@ def clean_environment(url: str) -> dict[str, str]:
 
 
 class Master:
-    """One ``jobmaster -c CONFIG`` process, its log appended to ``logfile``.
+    """One ``jobmaster -c CONFIG [extra_args]`` process, its log appended to ``logfile``.
 
     It runs in its own session, so a Ctrl-C to the bench reaches only the
-    bench, whose ``finally`` stops the master properly.
+    bench, whose ``finally`` stops the master properly. ``env`` is added to
+    the clean environment (e.g. the size of memory.py's app).
     """
 
-    def __init__(self, config: Path, url: str, logfile: Path) -> None:
+    def __init__(
+        self,
+        config: Path,
+        url: str,
+        logfile: Path,
+        *,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.config = config
         self.url = url
         self.logfile = logfile
+        self.extra_args = list(extra_args)
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.seen: set[int] = set()  # every child pid ever seen, to clean up after
+        # Children that outlived a stop (and were SIGKILLed): a bug to report.
+        # Kept across stops, so the no-op stop of a ``finally`` does not wipe it.
+        self.left_behind: list[int] = []
 
     @property
     def pid(self) -> int:
@@ -180,14 +245,28 @@ class Master:
         command = [jobmaster_executable(), "-c", str(self.config), "--redis-url", self.url]
         with self.logfile.open("ab") as log:
             self.proc = subprocess.Popen(
-                command,
+                [*command, *self.extra_args],
                 cwd=BENCH_DIR,
-                env=clean_environment(self.url),
+                env={**clean_environment(self.url), **self.env},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    @contextlib.contextmanager
+    def running(self, label: str = "master") -> Iterator[Master]:
+        """Started for the block and stopped however it ends (a ``stop()``
+        inside, to time it, makes the final one a no-op). On an error, the
+        log's tail on stderr first: it is gone with the temp dir after."""
+        self.start()
+        try:
+            yield self
+        except BaseException:
+            print(f"bench: {label} log tail:\n{log_tail(self.logfile)}", file=sys.stderr)
+            raise
+        finally:
+            self.stop()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -228,7 +307,8 @@ class Master:
 
     def stop(self, timeout: float = STOP_DEADLINE) -> tuple[float, int | None]:
         """TERM and wait (SIGKILL past ``timeout``); (seconds, exit code). Then
-        SIGKILL any child ever seen that outlived it, so nothing is left behind."""
+        SIGKILL any child ever seen that outlived it, so nothing is left behind
+        (their pids in ``left_behind``). Safe to call again in a ``finally``."""
         started = time.monotonic()
         if self.proc is not None and self.proc.poll() is None:
             self.signal(signal.SIGTERM)
@@ -236,14 +316,25 @@ class Master:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         elapsed = time.monotonic() - started
-        self.kill_leftovers()
+        self.left_behind = sorted({*self.left_behind, *self.kill_leftovers()})
         return elapsed, self.returncode()
 
-    def kill_leftovers(self) -> None:
-        for pid in self.seen:
-            if is_jobmaster(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+    def kill_leftovers(self) -> list[int]:
+        """SIGKILL every child ever seen that still runs; their pids."""
+        left = sorted(pid for pid in self.seen if is_jobmaster(pid))
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return left
+
+    def log_counts(self) -> dict[str, int]:
+        """WARNING and ERROR/Traceback lines of the log: a clean run has none
+        beyond what the bench caused on purpose."""
+        log = self.logfile.read_text(errors="replace") if self.logfile.exists() else ""
+        return {
+            "log_warnings": log.count("WARNING"),
+            "log_errors": log.count("ERROR") + log.count("Traceback"),
+        }
 
 
 # -- counting commands by who sent them ----------------------------------------

@@ -15,9 +15,10 @@ What it does:
    environment.
 2. Measures what the measuring connection itself costs (the same INFO/ECHO
    sequence with no worker running), to subtract it later.
-3. Starts ONE worker process, ``jobmaster run -c <tmp>/jobmaster.toml`` with
-   ``app = ["bench_jobs"]`` (bench/ is put on PYTHONPATH) and ``concurrency``
-   threads, and waits (with a deadline) for its ``:heartbeat:`` key.
+3. Starts ONE worker process, ``jobmaster -c <tmp>/jobmaster.toml`` (``run``,
+   the default command) with ``processes = 1``, ``app = ["bench_jobs"]``
+   (bench/ is put on PYTHONPATH) and ``concurrency`` threads, and waits (with
+   a deadline) for its ``:heartbeat:`` key.
 4. Idle load: after ``--warmup`` seconds, reads ``INFO commandstats`` before
    and after ``--idle-seconds`` of idleness. Calls/s = (sum of ``calls``
    after - before - own calls) / duration. Redis counts the commands a Lua
@@ -45,33 +46,31 @@ worker process < 20.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import platform
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import redis
-from harness import MARK_END, MARK_START, MARK_STOP, MonitorRecorder
+from harness import (
+    Master,
+    MonitorRecorder,
+    call_counts,
+    emit,
+    exit_on_term,
+    log_tail,
+    machine_info,
+    private_redis,
+    write_config,
+)
 
 import jobmaster
-from jobmaster.embedded import RedisServerProcess
 
-BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_KEY = "bench:latency"  # same as bench_jobs.RESULTS_KEY (not imported: no job registry)
 JOB_NAME = "bench_jobs.stamp"
 HEARTBEAT_DEADLINE = 30.0
-STOP_DEADLINE = 60.0
 RESULT_TIMEOUT = 5  # seconds BLPOP waits for one job's record before calling it lost
 
 TARGET_MEDIAN_MS = 10.0
@@ -80,57 +79,22 @@ TARGET_IDLE_CALLS_PER_S = 20.0
 
 
 # -- helpers -----------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def jobmaster_executable() -> str:
-    beside = Path(sys.executable).parent / "jobmaster"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("jobmaster")
-    if found is None:
-        raise SystemExit("bench: no `jobmaster` console script next to python or on PATH")
-    return found
-
-
 def percentile(sorted_values: list[float], pct: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     rank = max(1, math.ceil(pct / 100 * len(sorted_values)))
     return sorted_values[rank - 1]
 
 
-def call_counts(conn: redis.Redis) -> Counter[str]:
-    stats = conn.info("commandstats")
-    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no worker log)"
-
-
 def idle_window(conn: redis.Redis, url: str, seconds: float) -> dict[str, Any]:
     """Calls counted by INFO commandstats over ``seconds``, plus the MONITOR split."""
     recorder = MonitorRecorder(url, timeout=seconds + 30)
-    recorder.start()
-    recorder.ready.wait(10)
-    time.sleep(0.05)  # MONITOR's reply arrives before the server feeds us: let it settle
-    try:
-        before = call_counts(conn)
-        t0 = time.monotonic()
-        conn.echo(MARK_START)
-        time.sleep(seconds)
-        conn.echo(MARK_END)
-        t1 = time.monotonic()
-        after = call_counts(conn)
-    finally:
-        conn.echo(MARK_STOP)
-        recorder.join(10)
+    recorder.start_window(conn)
+    before = call_counts(conn)
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    t1 = time.monotonic()
+    recorder.end_window(conn)
+    after = call_counts(conn)
     diff = after - before
     return {
         "duration": t1 - t0,
@@ -144,74 +108,21 @@ def idle_window(conn: redis.Redis, url: str, seconds: float) -> dict[str, Any]:
 
 
 # -- worker --------------------------------------------------------------------
-def write_config(directory: Path, url: str, concurrency: int) -> Path:
-    path = directory / "jobmaster.toml"
-    path.write_text(
-        "\n".join(
-            [
-                'app = ["bench_jobs"]',
-                f'redis_url = "{url}"',
-                "processes = 1",
-                f"concurrency = {concurrency}",
-                'log_level = "info"',
-                f'data_dir = "{directory / "data"}"',
-                "",
-            ]
-        )
-    )
-    return path
-
-
-def start_worker(config: Path, url: str, logfile: Path) -> subprocess.Popen[bytes]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("JOBMASTER_") and k != "REDIS_URL"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")]))
-    env["BENCH_REDIS_URL"] = url
-    command = [jobmaster_executable(), "run", "-c", str(config), "--redis-url", url]
-    with logfile.open("ab") as log:
-        return subprocess.Popen(
-            command,
-            cwd=BENCH_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C to the bench is handled by our finally
-        )
-
-
-def wait_for_heartbeat(conn: redis.Redis, worker: subprocess.Popen[bytes], logfile: Path) -> float:
+def wait_for_heartbeat(conn: redis.Redis, worker: Master) -> float:
     started = time.monotonic()
     deadline = started + HEARTBEAT_DEADLINE
     while time.monotonic() < deadline:
-        if worker.poll() is not None:
+        if not worker.alive():
             raise RuntimeError(
-                f"worker exited with code {worker.returncode} before its heartbeat; "
-                f"log tail:\n{log_tail(logfile)}"
+                f"worker exited with code {worker.returncode()} before its heartbeat; "
+                f"log tail:\n{log_tail(worker.logfile)}"
             )
         if next(conn.scan_iter(match="*:heartbeat:*", count=100), None) is not None:
             return time.monotonic() - started
         time.sleep(0.05)
     raise RuntimeError(
-        f"no worker heartbeat after {HEARTBEAT_DEADLINE}s; log:\n{log_tail(logfile)}"
+        f"no worker heartbeat after {HEARTBEAT_DEADLINE}s; log:\n{log_tail(worker.logfile)}"
     )
-
-
-def stop_worker(worker: subprocess.Popen[bytes]) -> tuple[float, int | None]:
-    """SIGTERM, wait; SIGKILL if it outlives STOP_DEADLINE. (seconds, exit code)."""
-    if worker.poll() is not None:
-        return 0.0, worker.returncode
-    started = time.monotonic()
-    with contextlib.suppress(ProcessLookupError):
-        worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(timeout=STOP_DEADLINE)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            worker.kill()
-        worker.wait(timeout=10)
-    return time.monotonic() - started, worker.returncode
 
 
 # -- latency -------------------------------------------------------------------
@@ -348,43 +259,23 @@ def print_table(report: dict[str, Any]) -> None:
     )
 
 
-def machine_info(conn: redis.Redis) -> dict[str, Any]:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        affinity = os.cpu_count()
-    return {
-        "nproc": affinity,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "redis": conn.info("server")["redis_version"],
-        "redis_py": redis.__version__,
-        "jobmaster": jobmaster.__version__,
-    }
-
-
 # -- main ----------------------------------------------------------------------
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    worker: subprocess.Popen[bytes] | None = None
-    logfile = tmp / "worker.log"
-    try:
-        server.start()
+    with private_redis(keep=args.keep_log) as (tmp, server):
         url = server.url
         conn = server.client()
         machine = machine_info(conn)
         own = idle_window(conn, url, 0.0)  # what our own INFO/ECHO sequence costs
 
-        worker = start_worker(write_config(tmp, url, args.concurrency), url, logfile)
-        startup = wait_for_heartbeat(conn, worker, logfile)
-        time.sleep(args.warmup)
-        window = idle_window(conn, url, args.idle_seconds)
-        latency = measure_latency(url, conn, args.jobs, args.spacing)
-
-        stop_s, code = stop_worker(worker)
-        text = logfile.read_text(errors="replace")
+        config = write_config(
+            tmp, url, app=["bench_jobs"], processes=1, concurrency=args.concurrency
+        )
+        with Master(config, url, tmp / "worker.log").running("worker") as worker:
+            startup = wait_for_heartbeat(conn, worker)
+            time.sleep(args.warmup)
+            window = idle_window(conn, url, args.idle_seconds)
+            latency = measure_latency(url, conn, args.jobs, args.spacing)
+            stop_s, code = worker.stop()
         return {
             "machine": machine,
             "config": {
@@ -405,22 +296,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "startup_s": startup,
                 "stop_s": stop_s,
                 "exit_code": code,
-                "log_warnings": text.count("WARNING"),
-                "log_errors": text.count("ERROR") + text.count("Traceback"),
+                **worker.log_counts(),
             },
         }
-    except BaseException:
-        if worker is not None:
-            print(f"bench: worker log tail:\n{log_tail(logfile)}", file=sys.stderr)
-        raise
-    finally:
-        if worker is not None:
-            stop_worker(worker)
-        server.stop()
-        if args.keep_log:
-            print(f"bench: kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -433,11 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true", help="JSON on stdout only")
     parser.add_argument("--keep-log", action="store_true", help="keep the temp dir and log")
     args = parser.parse_args(argv)
-    report = run(args)
-    if not args.no_table:
-        print_table(report)
-    print(json.dumps(report, indent=2))
-    return 0
+    exit_on_term()
+    return emit(run(args), print_table, args.no_table)
 
 
 if __name__ == "__main__":

@@ -51,31 +51,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
-import platform
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import psutil
 import redis
+from harness import (
+    PREFIX,
+    Master,
+    cpu_seconds,
+    emit,
+    exit_on_term,
+    log_tail,
+    private_redis,
+    text,
+    write_config,
+)
 
 import jobmaster
-from jobmaster.embedded import RedisServerProcess
 
-BENCH_DIR = Path(__file__).resolve().parent
 APP_MODULE = "bench_bigapp"
 JOB_NAME = "bench_bigapp.noop"
-NAMESPACE = "jobmaster"
-PREFIX = f"{NAMESPACE}:{{{NAMESPACE}}}:"  # jobmaster.keys.Keys prefix
 HEARTBEAT_PATTERN = f"{PREFIX}heartbeat:*"
 PROCESSED_KEY = f"{PREFIX}stat:processed"
 SHUTDOWN_TIMEOUT = 5
@@ -83,131 +83,12 @@ MB = 2**20
 
 READY_DEADLINE = 90.0  # N children with heartbeats (each imports 200 MB without preload)
 WARM_DEADLINE = 60.0  # every warm-up job processed
-STOP_DEADLINE = 60.0
 
 TARGET_CHILD_USS_RATIO = 0.15  # with preload: child USS < 15 % of the master's RSS
 FIGURES = ("uss", "pss", "rss", "shared")
 
 
-# -- helpers -----------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def jobmaster_executable() -> str:
-    beside = Path(sys.executable).parent / "jobmaster"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("jobmaster")
-    if found is None:
-        raise SystemExit("bench: no `jobmaster` console script next to python or on PATH")
-    return found
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no master log)"
-
-
-def children_of(pid: int) -> set[int]:
-    """Live (or not yet reaped) children of ``pid``, from /proc."""
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return set()
-    return {int(p) for p in text.split()}
-
-
-def is_jobmaster(pid: int) -> bool:
-    try:
-        return b"jobmaster" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 # -- the master ----------------------------------------------------------------
-def write_config(directory: Path, url: str, preload: bool, concurrency: int) -> Path:
-    path = directory / "jobmaster.toml"
-    path.write_text(
-        "\n".join(
-            [
-                f'app = ["{APP_MODULE}"]',
-                f'redis_url = "{url}"',
-                f"preload = {'true' if preload else 'false'}",
-                f"concurrency = {concurrency}",
-                f"shutdown_timeout = {SHUTDOWN_TIMEOUT}",
-                'log_level = "info"',
-                f'data_dir = "{directory / "data"}"',
-                "",
-            ]
-        )
-    )
-    return path
-
-
-def start_master(
-    config: Path, url: str, processes: int, app_mb: int, logfile: Path
-) -> subprocess.Popen[bytes]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("JOBMASTER_") and k != "REDIS_URL"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")]))
-    env["BENCH_REDIS_URL"] = url
-    env["BENCH_BIGAPP_MB"] = str(app_mb)
-    command = [
-        jobmaster_executable(),
-        "-c",
-        str(config),
-        "--redis-url",
-        url,
-        "--processes",
-        str(processes),
-    ]
-    with logfile.open("ab") as log:
-        return subprocess.Popen(
-            command,
-            cwd=BENCH_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C to the bench is handled by our finally
-        )
-
-
-def stop_master(master: subprocess.Popen[bytes], seen: set[int]) -> dict[str, Any]:
-    """SIGTERM, wait; SIGKILL if it outlives STOP_DEADLINE.
-
-    Afterwards any child pid ever seen that is still a jobmaster process is
-    SIGKILLed (only if the master failed to stop them) and reported."""
-    started = time.monotonic()
-    if master.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            master.send_signal(signal.SIGTERM)
-        try:
-            master.wait(timeout=STOP_DEADLINE)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                master.kill()
-            master.wait(timeout=10)
-    elapsed = time.monotonic() - started
-    leftovers = []
-    for pid in sorted(seen):
-        if is_jobmaster(pid):
-            leftovers.append(pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    return {"stop_s": elapsed, "exit_code": master.returncode, "children_left": leftovers}
-
-
 def heartbeats(conn: redis.Redis) -> list[dict[str, str]]:
     found = []
     for key in conn.scan_iter(match=HEARTBEAT_PATTERN, count=100):
@@ -217,24 +98,18 @@ def heartbeats(conn: redis.Redis) -> list[dict[str, str]]:
     return found
 
 
-def wait_ready(
-    conn: redis.Redis,
-    master: subprocess.Popen[bytes],
-    processes: int,
-    logfile: Path,
-    seen: set[int],
-) -> tuple[float, list[int]]:
+def wait_ready(conn: redis.Redis, master: Master, processes: int) -> tuple[float, list[int]]:
     """Until the master has ``processes`` live children with heartbeats (and its own
     heartbeat is there); (seconds waited, child pids)."""
     started = time.monotonic()
     deadline = started + READY_DEADLINE
     while time.monotonic() < deadline:
-        if master.poll() is not None:
+        if not master.alive():
             raise RuntimeError(
-                f"master exited with code {master.returncode}; log tail:\n{log_tail(logfile)}"
+                f"master exited with code {master.returncode()}; "
+                f"log tail:\n{log_tail(master.logfile)}"
             )
-        alive = {p for p in children_of(master.pid) if is_jobmaster(p)}  # zombies excluded
-        seen |= alive
+        alive = master.children()  # zombies excluded
         beats = heartbeats(conn)
         master_beat = any(
             b.get("role") == "master" and b.get("pid") == str(master.pid) for b in beats
@@ -250,7 +125,7 @@ def wait_ready(
         time.sleep(0.05)
     raise RuntimeError(
         f"the pool never had {processes} ready children within {READY_DEADLINE}s; "
-        f"log tail:\n{log_tail(logfile)}"
+        f"log tail:\n{log_tail(master.logfile)}"
     )
 
 
@@ -298,11 +173,6 @@ def sample(master_pid: int, children: list[int], samples: int, interval: float) 
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
-
-
 def warm_up(url: str, conn: redis.Redis, jobs: int, children: list[int]) -> dict[str, Any]:
     """Push ``jobs`` no-op jobs in bulk and wait until stat:processed has grown by that many."""
     before = int(conn.get(PROCESSED_KEY) or 0)
@@ -333,71 +203,68 @@ def run_mode(
     mode = "preload" if preload else "no-preload"
     directory = tmp / mode
     directory.mkdir()
-    logfile = directory / "master.log"
-    config = write_config(directory, url, preload, args.concurrency)
-    seen: set[int] = set()
-    master = start_master(config, url, args.processes, args.app_mb, logfile)
-    stopped: dict[str, Any] | None = None
+    config = write_config(
+        directory,
+        url,
+        app=[APP_MODULE],
+        preload=preload,
+        concurrency=args.concurrency,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+    )
+    master = Master(
+        config,
+        url,
+        directory / "master.log",
+        extra_args=["--processes", str(args.processes)],
+        env={"BENCH_BIGAPP_MB": str(args.app_mb)},
+    )
     try:
-        startup, children = wait_ready(conn, master, args.processes, logfile, seen)
-        idle = sample(master.pid, children, args.samples, args.interval)
-        warm = warm_up(url, conn, args.jobs, children)
-        time.sleep(args.settle)
-        measured = sample(master.pid, children, args.samples, args.interval)
-        stopped = stop_master(master, seen)
-        log = logfile.read_text(errors="replace")
-        growth = [
-            {
-                "pid": after["pid"],
-                "uss_mb": after["uss_mb"] - before["uss_mb"],
-                "pss_mb": after["pss_mb"] - before["pss_mb"],
-                "rss_mb": after["rss_mb"] - before["rss_mb"],
-            }
-            for before, after in zip(idle["children"], measured["children"], strict=True)
-        ]
-        return {
-            "preload": preload,
-            "master_pid": master.pid,
-            "children_pids": children,
-            "startup_s": startup,
-            "idle": idle,
-            "warm_up": warm,
-            "warm": measured,
-            "child_growth_warm_minus_idle": growth,
-            "master": {
-                **stopped,
-                "log_warnings": log.count("WARNING"),
-                "log_errors": log.count("ERROR") + log.count("Traceback"),
-            },
-        }
-    except BaseException:
-        print(f"bench: {mode} master log tail:\n{log_tail(logfile)}", file=sys.stderr)
-        raise
+        with master.running(f"{mode} master"):
+            startup, children = wait_ready(conn, master, args.processes)
+            idle = sample(master.pid, children, args.samples, args.interval)
+            warm = warm_up(url, conn, args.jobs, children)
+            time.sleep(args.settle)
+            measured = sample(master.pid, children, args.samples, args.interval)
+            stop_s, code = master.stop()
     finally:
-        if stopped is None:
-            stop_master(master, seen)
         with contextlib.suppress(redis.RedisError):
             conn.flushall()  # the private server only: a clean slate for the next mode
+    growth = [
+        {
+            "pid": after["pid"],
+            "uss_mb": after["uss_mb"] - before["uss_mb"],
+            "pss_mb": after["pss_mb"] - before["pss_mb"],
+            "rss_mb": after["rss_mb"] - before["rss_mb"],
+        }
+        for before, after in zip(idle["children"], measured["children"], strict=True)
+    ]
+    return {
+        "preload": preload,
+        "master_pid": master.pid,
+        "children_pids": children,
+        "startup_s": startup,
+        "idle": idle,
+        "warm_up": warm,
+        "warm": measured,
+        "child_growth_warm_minus_idle": growth,
+        "master": {
+            "stop_s": stop_s,
+            "exit_code": code,
+            "children_left": master.left_behind,
+            **master.log_counts(),
+        },
+    }
 
 
 # -- report --------------------------------------------------------------------
 def machine_info(conn: redis.Redis) -> dict[str, Any]:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        affinity = os.cpu_count()
+    """The usual figures, plus the RAM: a 200 MB app per child must fit."""
     memory = psutil.virtual_memory()
     return {
-        "nproc": affinity,
-        "cpu_count": os.cpu_count(),
+        **harness.machine_info(conn),
         "memory_total_mb": memory.total / MB,
         "memory_available_mb": memory.available / MB,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "redis": conn.info("server")["redis_version"],
-        "redis_py": redis.__version__,
         "psutil": psutil.__version__,
-        "jobmaster": jobmaster.__version__,
     }
 
 
@@ -469,10 +336,7 @@ def print_table(report: dict[str, Any]) -> None:
 
 # -- main ----------------------------------------------------------------------
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    try:
-        server.start()
+    with private_redis(keep=args.keep_log) as (tmp, server):
         url = server.url
         conn = server.client()
         machine = machine_info(conn)
@@ -507,12 +371,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "modes": modes,
             "comparison": comparison,
         }
-    finally:
-        server.stop()
-        if args.keep_log:
-            print(f"bench: kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,11 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true", help="JSON on stdout only")
     parser.add_argument("--keep-log", action="store_true", help="keep the temp dir and logs")
     args = parser.parse_args(argv)
-    report = run(args)
-    if not args.no_table:
-        print_table(report)
-    print(json.dumps(report, indent=2))
-    return 0
+    exit_on_term()
+    return emit(run(args), print_table, args.no_table)
 
 
 if __name__ == "__main__":

@@ -18,22 +18,18 @@ JSON on stdout, a table on stderr.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import redis
-from harness import Master, exit_on_term, free_port, machine_info, write_config
+from harness import Master, emit, exit_on_term, machine_info, private_redis, write_config
 
 import jobmaster
-from jobmaster.embedded import RedisServerProcess
 from jobmaster.keys import Keys
 
 KEYS = Keys("jobmaster")
@@ -57,9 +53,7 @@ def heartbeats(conn: redis.Redis) -> int:
 def one_round(tmp: Path, url: str, conn: redis.Redis, busy: bool, hold: float) -> dict[str, Any]:
     conn.flushall()
     config = write_config(tmp, url, app=["bench_jobs"], processes=2, concurrency=5)
-    master = Master(config, url, tmp / "master.log")
-    master.start()
-    try:
+    with Master(config, url, tmp / "master.log").running() as master:
         master.wait_children(2)
         wait(lambda: heartbeats(conn) >= 3, 30, "the master's and both children's heartbeats")
         tokens = []
@@ -74,8 +68,6 @@ def one_round(tmp: Path, url: str, conn: redis.Redis, busy: bool, hold: float) -
         master.signal(signal.SIGTERM)
         code = master.wait_exit(60)
         seconds = time.monotonic() - t0
-    finally:
-        master.stop()
     queued = conn.lrange(KEYS.queue("default"), 0, -1)
     completed = int(conn.get(KEYS.stat("processed")) or 0)
     pushed_back = sum(any(t.encode() in entry for entry in queued) for t in tokens)
@@ -89,6 +81,26 @@ def one_round(tmp: Path, url: str, conn: redis.Redis, busy: bool, hold: float) -
     }
 
 
+def print_table(report: dict[str, Any]) -> None:
+    out = sys.stderr
+    c = report["config"]
+    print(f"\nSIGTERM to exit, {c['rounds']} rounds, 2 children x 5 threads", file=out)
+    print(
+        f"  idle: median {report['idle_median_s']:.2f} s, max {report['idle_max_s']:.2f} s"
+        f" (target < {TARGET_IDLE_S:g} s)",
+        file=out,
+    )
+    b = report["busy"]
+    print(
+        f"  2 jobs of {c['hold']:g} s running: median {report['busy_median_s']:.2f} s, "
+        f"completed {sum(r['completed'] for r in b)}, pushed back "
+        f"{sum(r['pushed_back'] for r in b)}, lost {sum(r['lost'] for r in b)}",
+        file=out,
+    )
+    codes = sorted({r["exit_code"] for r in report["idle"] + b}, key=str)
+    print(f"  exit codes: {codes}\n", file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -96,40 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true")
     args = parser.parse_args(argv)
     exit_on_term()
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    try:
-        server.start()
+    with private_redis() as (tmp, server):
         conn = server.client()
         idle = [one_round(tmp, server.url, conn, False, args.hold) for _ in range(args.rounds)]
         busy = [one_round(tmp, server.url, conn, True, args.hold) for _ in range(args.rounds)]
         report = {"machine": machine_info(conn), "config": vars(args), "idle": idle, "busy": busy}
-    finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
     for name in ("idle", "busy"):
         times = [r["seconds"] for r in report[name]]
         report[f"{name}_median_s"] = statistics.median(times)
         report[f"{name}_max_s"] = max(times)
-    if not args.no_table:
-        out = sys.stderr
-        print(f"\nSIGTERM to exit, {args.rounds} rounds, 2 children x 5 threads", file=out)
-        print(
-            f"  idle: median {report['idle_median_s']:.2f} s, max {report['idle_max_s']:.2f} s"
-            f" (target < {TARGET_IDLE_S:g} s)",
-            file=out,
-        )
-        b = report["busy"]
-        print(
-            f"  2 jobs of {args.hold:g} s running: median {report['busy_median_s']:.2f} s, "
-            f"completed {sum(r['completed'] for r in b)}, pushed back "
-            f"{sum(r['pushed_back'] for r in b)}, lost {sum(r['lost'] for r in b)}",
-            file=out,
-        )
-        codes = sorted({r["exit_code"] for r in report["idle"] + b}, key=str)
-        print(f"  exit codes: {codes}\n", file=out)
-    print(json.dumps(report, indent=2))
-    return 0
+    return emit(report, print_table, args.no_table)
 
 
 if __name__ == "__main__":

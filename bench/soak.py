@@ -21,15 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
-from harness import Master, exit_on_term, free_port, log_tail, machine_info, write_config
+from harness import Master, emit, exit_on_term, machine_info, private_redis, write_config
 
 import jobmaster
 from jobmaster.embedded import RedisServerProcess
@@ -77,23 +75,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     exit_on_term()
 
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-soak-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    master: Master | None = None
+    with private_redis(prefix="jobmaster-soak-") as (tmp, server):
+        report = soak(args, tmp, server)
+    return emit(report, print_table)
+
+
+def soak(args: argparse.Namespace, tmp: Path, server: RedisServerProcess) -> dict[str, Any]:
+    """Start the master, load it for ``--minutes``, stop it; the verdict."""
+    conn = server.client()
+    config = write_config(
+        tmp,
+        server.url,
+        app=["bench_jobs"],
+        processes=2,
+        concurrency=5,
+        max_jobs_per_child=args.max_jobs_per_child,
+    )
     samples: list[dict[str, Any]] = []
-    try:
-        server.start()
-        conn = server.client()
-        config = write_config(
-            tmp,
-            server.url,
-            app=["bench_jobs"],
-            processes=2,
-            concurrency=5,
-            max_jobs_per_child=args.max_jobs_per_child,
-        )
-        master = Master(config, server.url, tmp / "master.log")
-        master.start()
+    with Master(config, server.url, tmp / "master.log").running() as master:
         master.wait_children(2)
         client = jobmaster.Client(server.url)
         started = time.monotonic()
@@ -109,19 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
         processed = int(conn.get(KEYS.stat("processed")) or 0)
         stop_s, code = master.stop()
-        report = verdict(args, samples, pushed, processed, stop_s, code, machine_info(conn))
-    except BaseException:
-        if master is not None:
-            print(f"soak: master log tail:\n{log_tail(master.logfile)}", file=sys.stderr)
-        raise
-    finally:
-        if master is not None:
-            master.stop()
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print_table(report)
-    print(json.dumps(report, indent=2))
-    return 0 if report["ok"] else 1
+        return verdict(args, samples, pushed, processed, stop_s, code, machine_info(conn))
 
 
 def verdict(

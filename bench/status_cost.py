@@ -68,30 +68,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
-import os
-import platform
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import redis
+from harness import (
+    PREFIX,
+    Master,
+    call_counts,
+    emit,
+    exit_on_term,
+    log_tail,
+    machine_info,
+    private_redis,
+    write_config,
+)
 
 import jobmaster
-from jobmaster.embedded import RedisServerProcess
 
-BENCH_DIR = Path(__file__).resolve().parent
 JOB_NAME = "bench_jobs.noop"
-NAMESPACE = "jobmaster"
-PREFIX = f"{NAMESPACE}:{{{NAMESPACE}}}:"  # jobmaster.keys.Keys prefix
 PROCESSED_KEY = f"{PREFIX}stat:processed"
 STATUS_PATTERN = f"{PREFIX}status:*"
 ATTEMPTS_PATTERN = f"{PREFIX}attempts:*"
@@ -100,128 +99,15 @@ SHUTDOWN_TIMEOUT = 5
 POLL_INTERVAL = 0.02
 
 RUN_DEADLINE = 300.0  # every job processed
-STOP_DEADLINE = 60.0
 
 
 # -- helpers -----------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def jobmaster_executable() -> str:
-    beside = Path(sys.executable).parent / "jobmaster"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("jobmaster")
-    if found is None:
-        raise SystemExit("bench: no `jobmaster` console script next to python or on PATH")
-    return found
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no master log)"
-
-
-def children_of(pid: int) -> set[int]:
-    """Live (or not yet reaped) children of ``pid``, from /proc."""
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return set()
-    return {int(p) for p in text.split()}
-
-
-def is_jobmaster(pid: int) -> bool:
-    try:
-        return b"jobmaster" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def call_counts(conn: redis.Redis) -> Counter[str]:
-    stats = conn.info("commandstats")
-    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
-
-
 def used_memory(conn: redis.Redis) -> int:
     return int(conn.info("memory")["used_memory"])
 
 
 def per_job(diff: Counter[str], jobs: int) -> dict[str, float]:
     return {k: v / jobs for k, v in sorted(diff.items(), key=lambda kv: (-kv[1], kv[0])) if v}
-
-
-# -- the master ----------------------------------------------------------------
-def write_config(
-    directory: Path, url: str, track_status: bool, processes: int, concurrency: int
-) -> Path:
-    path = directory / "jobmaster.toml"
-    path.write_text(
-        "\n".join(
-            [
-                'app = ["bench_jobs"]',
-                f'redis_url = "{url}"',
-                f"processes = {processes}",
-                f"concurrency = {concurrency}",
-                f"track_status = {'true' if track_status else 'false'}",
-                f"status_ttl = {STATUS_TTL}",
-                f"shutdown_timeout = {SHUTDOWN_TIMEOUT}",
-                'log_level = "info"',
-                f'data_dir = "{directory / "data"}"',
-                "",
-            ]
-        )
-    )
-    return path
-
-
-def start_master(config: Path, url: str, logfile: Path) -> subprocess.Popen[bytes]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("JOBMASTER_") and k != "REDIS_URL"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")]))
-    env["BENCH_REDIS_URL"] = url
-    command = [jobmaster_executable(), "-c", str(config), "--redis-url", url]
-    with logfile.open("ab") as log:
-        return subprocess.Popen(
-            command,
-            cwd=BENCH_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C to the bench is handled by our finally
-        )
-
-
-def stop_master(master: subprocess.Popen[bytes], seen: set[int]) -> dict[str, Any]:
-    """SIGTERM, wait; SIGKILL if it outlives STOP_DEADLINE.
-
-    Afterwards any child pid ever seen that is still a jobmaster process is
-    SIGKILLed (only if the master failed to stop them) and reported."""
-    started = time.monotonic()
-    if master.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            master.send_signal(signal.SIGTERM)
-        try:
-            master.wait(timeout=STOP_DEADLINE)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                master.kill()
-            master.wait(timeout=10)
-    elapsed = time.monotonic() - started
-    leftovers = []
-    for pid in sorted(seen):
-        if is_jobmaster(pid):
-            leftovers.append(pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    return {"stop_s": elapsed, "exit_code": master.returncode, "children_left": leftovers}
 
 
 # -- one run -------------------------------------------------------------------
@@ -252,13 +138,7 @@ def enqueue(url: str, conn: redis.Redis, jobs: int, track_status: bool) -> dict[
 
 
 def process(
-    conn: redis.Redis,
-    master: subprocess.Popen[bytes],
-    jobs: int,
-    logfile: Path,
-    seen: set[int],
-    t_popen: float,
-    before: Counter[str],
+    conn: redis.Redis, master: Master, jobs: int, t_popen: float, before: Counter[str]
 ) -> dict[str, Any]:
     """Poll stat:processed until it reaches ``jobs``; the timings and Redis calls."""
     polls = 0
@@ -278,18 +158,18 @@ def process(
         if now > deadline:
             raise RuntimeError(
                 f"only {value}/{jobs} jobs processed in {RUN_DEADLINE}s; "
-                f"log tail:\n{log_tail(logfile)}"
+                f"log tail:\n{log_tail(master.logfile)}"
             )
-        if master.poll() is not None:
+        if not master.alive():
             raise RuntimeError(
-                f"master exited with code {master.returncode} at {value}/{jobs} jobs; "
-                f"log tail:\n{log_tail(logfile)}"
+                f"master exited with code {master.returncode()} at {value}/{jobs} jobs; "
+                f"log tail:\n{log_tail(master.logfile)}"
             )
-        seen |= children_of(master.pid)
+        master.children()  # noted, to clean up after
         time.sleep(POLL_INTERVAL)
     t_last = now
     after = call_counts(conn)
-    seen |= children_of(master.pid)
+    master.children()
     assert t_first is not None
     diff = after - before
     diff["get"] -= polls  # ours
@@ -332,42 +212,42 @@ def run_once(
 ) -> dict[str, Any]:
     directory = tmp / f"run{index}-{'on' if track else 'off'}"
     directory.mkdir()
-    logfile = directory / "master.log"
-    config = write_config(directory, url, track, args.processes, args.concurrency)
+    config = write_config(
+        directory,
+        url,
+        app=["bench_jobs"],
+        processes=args.processes,
+        concurrency=args.concurrency,
+        track_status=track,
+        status_ttl=STATUS_TTL,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+    )
     conn.flushall()
     time.sleep(0.2)  # let the allocator settle after the flush
     baseline = used_memory(conn)
     pushed = enqueue(url, conn, args.jobs, track)
-    seen: set[int] = set()
-    stopped: dict[str, Any] | None = None
+    master = Master(config, url, directory / "master.log")
     before = call_counts(conn)
     t_popen = time.perf_counter()
-    master = start_master(config, url, logfile)
-    try:
-        measured = process(conn, master, args.jobs, logfile, seen, t_popen, before)
-        stopped = stop_master(master, seen)
+    with master.running(f"run {index} master"):
+        measured = process(conn, master, args.jobs, t_popen, before)
+        stop_s, code = master.stop()
         memory = kept_memory(conn, baseline, args.jobs)
-        log = logfile.read_text(errors="replace")
         return {
             "run": index,
             "track_status": track,
             "master_pid": master.pid,
-            "children_pids": sorted(seen),
+            "children_pids": sorted(master.seen),
             "enqueue": pushed,
             "process": measured,
             "memory": memory,
             "master": {
-                **stopped,
-                "log_warnings": log.count("WARNING"),
-                "log_errors": log.count("ERROR") + log.count("Traceback"),
+                "stop_s": stop_s,
+                "exit_code": code,
+                "children_left": master.left_behind,
+                **master.log_counts(),
             },
         }
-    except BaseException:
-        print(f"bench: run {index} master log tail:\n{log_tail(logfile)}", file=sys.stderr)
-        raise
-    finally:
-        if stopped is None:
-            stop_master(master, seen)
 
 
 # -- report --------------------------------------------------------------------
@@ -517,28 +397,9 @@ def print_table(report: dict[str, Any]) -> None:
     print("", file=out)
 
 
-def machine_info(conn: redis.Redis) -> dict[str, Any]:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        affinity = os.cpu_count()
-    return {
-        "nproc": affinity,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "redis": conn.info("server")["redis_version"],
-        "redis_py": redis.__version__,
-        "jobmaster": jobmaster.__version__,
-    }
-
-
 # -- main ----------------------------------------------------------------------
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    try:
-        server.start()
+    with private_redis(keep=args.keep_log) as (tmp, server):
         url = server.url
         conn = server.client()
         machine = machine_info(conn)
@@ -567,12 +428,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "summary": summarise(runs),
             "runs": runs,
         }
-    finally:
-        server.stop()
-        if args.keep_log:
-            print(f"bench: kept {tmp}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -584,11 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true", help="JSON on stdout only")
     parser.add_argument("--keep-log", action="store_true", help="keep the temp dir and logs")
     args = parser.parse_args(argv)
-    report = run(args)
-    if not args.no_table:
-        print_table(report)
-    print(json.dumps(report, indent=2))
-    return 0
+    exit_on_term()
+    return emit(run(args), print_table, args.no_table)
 
 
 if __name__ == "__main__":

@@ -25,25 +25,23 @@ JSON on stdout; a readable table on stderr.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
 import redis
 from harness import (
     Master,
     MonitorRecorder,
     call_counts,
+    cpu_seconds,
+    emit,
     exit_on_term,
-    free_port,
     log_tail,
     machine_info,
+    private_redis,
     write_config,
 )
 
@@ -64,11 +62,6 @@ def push(url: str, jobs: int) -> float:
     for start in range(0, jobs, 10_000):
         client.push_bulk({"job": JOB, "args": [[] for _ in range(min(10_000, jobs - start))]})
     return time.perf_counter() - started
-
-
-def cpu_seconds(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
 
 
 def redis_cpu_seconds(conn: redis.Redis) -> float:
@@ -231,23 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true")
     args = parser.parse_args(argv)
     exit_on_term()
-    tmp = Path(tempfile.mkdtemp(prefix="jobmaster-bench-"))
-    server = RedisServerProcess(tmp / "redis", port=free_port(), appendonly=False)
-    try:
-        server.start()
+    with private_redis() as (tmp, server):
         report = {
             "machine": machine_info(server.client()),
             "config": vars(args),
             "timed": timed_run(tmp, server, args),
             "counted": counted_run(tmp, server, args),
         }
-    finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    if not args.no_table:
-        print_table(report)
-    print(json.dumps(report, indent=2))
-    return 0
+    return emit(report, print_table, args.no_table)
 
 
 if __name__ == "__main__":
