@@ -22,7 +22,7 @@ def crash_triage(max_crashes: int, crash_queue: str, cause: str, event: str = "d
     """
 
     def triage(payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-        count = int(payload.get("crash_count", 0) or 0) + 1
+        count = _count(payload.get("crash_count")) + 1
         payload["crash_count"] = count
         payload["crash_cause"] = cause
         if count < max_crashes:
@@ -35,3 +35,15 @@ def crash_triage(max_crashes: int, crash_queue: str, cause: str, event: str = "d
         return payload, f"the worker process {event} while running this job {times}: {cause}"
 
     return triage
+
+
+def _count(value: object) -> int:
+    """The crashes a payload says it caused. It came through Redis, so it may be
+    anything: what is not a number counts as none, rather than raising in the
+    master's loop (which would take the master, and every child, down)."""
+    if not isinstance(value, int | float | str):
+        return 0
+    try:
+        return int(value or 0)
+    except (ValueError, OverflowError):
+        return 0
