@@ -22,11 +22,12 @@ import redis
 
 from jobmaster import exitcodes
 from jobmaster.app import AppImportError, load_app
-from jobmaster.client import Client
+from jobmaster.client import Client, default_from_config
 from jobmaster.config import Config, load_config
-from jobmaster.connection import check_version, connect
+from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.errors import ConfigError, JobmasterError
+from jobmaster.redis_target import RedisTarget
 from jobmaster.settings import SETTINGS
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -151,6 +152,7 @@ def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
     embedded = EmbeddedRedis(Path(config.data_dir)) if config.redis_url == "embedded" else None
     if embedded is not None:
         embedded.start()
+    default_from_config(config)  # jobs that enqueue jobs use the workers' Redis settings
     try:
         if config.preload:
             load_app(config)  # before forking: children share its memory
@@ -181,7 +183,13 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     if config.redis_url == "embedded":
         lines.append(f"redis:       embedded, in {config.data_dir} (started by `jobmaster run`)")
     else:
-        version = check_version(connect(config.redis_url, data_dir=config.data_dir))
+        try:
+            version = check_version(connect(RedisTarget.of(config)))
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            # One line that names the server (no password) and, for TLS, what to check.
+            raise JobmasterError(
+                f"cannot reach Redis at {config.redis_url_masked}: {describe_error(error)}"
+            ) from error
         lines.append(
             f"redis:       {config.redis_url_masked} (Redis {'.'.join(map(str, version))})"
         )
@@ -225,7 +233,7 @@ def enqueue(
         except ValueError as error:
             raise ConfigError(f"argument {index} ({text!r}) is not JSON: {error}") from None
     config = load(config_file, {"redis_url": redis_url})
-    client = Client(config.redis_url, namespace=config.namespace, data_dir=config.data_dir)
+    client = Client.from_config(config)
     item: dict[str, Any] = {"job": job, "args": args, "queue": queue}
     if delay is not None:
         import time
@@ -248,7 +256,7 @@ def periodic_source(config_file: str | None, redis_url: str | None) -> Any:
     config = load(config_file, {"redis_url": redis_url})
     if config_file is not None:
         return config
-    return Client(config.redis_url, namespace=config.namespace, data_dir=config.data_dir)
+    return Client.from_config(config)
 
 
 @periodic.command("list")
@@ -316,7 +324,7 @@ def status_command(
 ) -> None:
     """Show a job's status and its attempts (kept status_ttl seconds)."""
     config = load(config_file, {"redis_url": redis_url})
-    client = Client(config.redis_url, namespace=config.namespace, data_dir=config.data_dir)
+    client = Client.from_config(config)
     state, tries = client.status(jid), client.attempts(jid)
     if as_json:
         click.echo(json.dumps({"jid": jid, "status": state, "attempts": tries}))

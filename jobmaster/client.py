@@ -13,8 +13,9 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -24,7 +25,11 @@ from jobmaster.connection import connect, describe_error
 from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
+from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
+
+if TYPE_CHECKING:
+    from jobmaster.config import Config
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_STATUS_TTL = 86400.0
@@ -53,6 +58,16 @@ class Client:
         self.keys = Keys(namespace)
         self.scripts = Scripts(self.redis)
         self.status_ttl = round(status_ttl)  # 0: status tracking off
+
+    @classmethod
+    def from_config(cls, config: Config) -> Client:
+        """A client on the config's Redis (URL, credentials, TLS or Sentinel) and
+        namespace, keeping job statuses as its workers do."""
+        return cls(
+            connection=connect(RedisTarget.of(config)),
+            namespace=config.namespace,
+            status_ttl=config.status_ttl if config.track_status else 0.0,
+        )
 
     # -- dict API, for producers that don't import the job ---------------
     def push(self, item: Mapping[str, Any]) -> str | None:
@@ -220,20 +235,21 @@ def configure(
 ) -> Client:
     """Set where ``job.enqueue`` pushes: a URL, or the same config file the workers use.
 
-    With ``config``, the file's ``redis_url``, ``namespace`` and ``data_dir``
-    apply (so ``redis_url = "embedded"`` reaches the workers' embedded Redis);
-    explicit arguments win. ``secret_key`` (else the file's) seals ``encrypt=True`` jobs.
+    With ``config``, the file's Redis settings (URL, credentials, TLS,
+    Sentinel), ``namespace`` and ``data_dir`` apply (so ``redis_url =
+    "embedded"`` reaches the workers' embedded Redis); explicit arguments win.
+    ``secret_key`` (else the file's) seals ``encrypt=True`` jobs.
     """
     global _default
-    data_dir: str | Path = ".jobmaster"
+    connection: redis.Redis | None = None
     status_ttl = DEFAULT_STATUS_TTL
     if config is not None:
         from jobmaster.config import load_config  # config pulls in the whole settings table
 
         loaded = load_config(config)
-        redis_url = redis_url or loaded.redis_url
+        target = RedisTarget.of(loaded)
+        connection = connect(replace(target, url=redis_url) if redis_url else target)
         namespace = namespace or loaded.namespace
-        data_dir = loaded.data_dir
         status_ttl = loaded.status_ttl if loaded.track_status else 0.0
         secret_key = loaded.secret_key if secret_key is None else secret_key
     if secret_key is not None:
@@ -243,11 +259,25 @@ def configure(
         # rather than quietly replacing it with one built from the environment.
         return default_client()
     client = Client(
-        redis_url, namespace=namespace or "jobmaster", data_dir=data_dir, status_ttl=status_ttl
+        redis_url, namespace=namespace or "jobmaster", connection=connection, status_ttl=status_ttl
     )
     with _default_lock:
         _default = client
     return client
+
+
+def default_from_config(config: Config) -> None:
+    """Make the workers' own Redis (credentials, TLS, Sentinel) the default client,
+    so that a job enqueueing jobs reaches it, not the one the environment names.
+
+    Called before the app is imported: an app that calls ``configure`` at
+    import time replaces it, and that choice wins.
+    """
+    global _default
+    client = Client.from_config(config)  # lazy: nothing is sent to Redis yet
+    with _default_lock:
+        if _default is None:
+            _default = client
 
 
 def status(jid: str) -> str | None:

@@ -22,6 +22,7 @@ from croniter import croniter
 from jobmaster.cpus import usable_cpus
 from jobmaster.errors import ConfigError
 from jobmaster.payload import check_json
+from jobmaster.redis_target import RedisTarget, checked_settings
 from jobmaster.settings import SETTINGS, Parser, boolean, mask_url, number, queue_name
 
 if sys.version_info >= (3, 11):
@@ -62,6 +63,17 @@ class Config:
     middleware: list[str] = field(default_factory=_default("middleware"))
     # Not in the repr: it may hold a password (``redis_url_masked`` shows it safely).
     redis_url: str = field(default_factory=_default("redis_url"), repr=False)
+    redis_username: str = field(default_factory=_default("redis_username"))
+    redis_password: str = field(default_factory=_default("redis_password"), repr=False)
+    redis_ssl_ca_certs: str = field(default_factory=_default("redis_ssl_ca_certs"))
+    redis_ssl_certfile: str = field(default_factory=_default("redis_ssl_certfile"))
+    redis_ssl_keyfile: str = field(default_factory=_default("redis_ssl_keyfile"))
+    redis_ssl_cert_reqs: str = field(default_factory=_default("redis_ssl_cert_reqs"))
+    redis_sentinels: list[str] = field(default_factory=_default("redis_sentinels"))
+    redis_sentinel_master: str = field(default_factory=_default("redis_sentinel_master"))
+    redis_sentinel_password: str = field(
+        default_factory=_default("redis_sentinel_password"), repr=False
+    )
     processes: int = field(default_factory=usable_cpus)
     concurrency: int = field(default_factory=_default("concurrency"))
     queues: list[str] = field(default_factory=_default("queues"))
@@ -88,6 +100,8 @@ class Config:
     dead_max_jobs: int = field(default_factory=_default("dead_max_jobs"))
     dead_max_days: float = field(default_factory=_default("dead_max_days"))
     poll_interval: float = field(default_factory=_default("poll_interval"))
+    metrics_port: int = field(default_factory=_default("metrics_port"))
+    metrics_host: str = field(default_factory=_default("metrics_host"))
     # Never in the repr: a logged or printed Config must not leak the keys.
     secret_key: list[str] = field(default_factory=_default("secret_key"), repr=False)
     source: str | None = None
@@ -108,8 +122,8 @@ class Config:
 
     @property
     def redis_url_masked(self) -> str:
-        """The Redis URL safe to log or print."""
-        return mask_url(self.redis_url)
+        """The Redis URL safe to log or print (with Sentinel: the master and sentinels)."""
+        return RedisTarget.of(self).shown()
 
 
 def load_config(
@@ -134,8 +148,18 @@ def load_config(
         periodic = _periodic(data.get("periodic", {}), label)
         source = os.path.abspath(label)
         base = os.path.dirname(source)
-    values.update(_env_values(os.environ if env is None else env))
+    environment = os.environ if env is None else env
+    values.update(_env_values(environment))
     values.update(_cli_values(overrides or {}))
+    values.update(
+        checked_settings(  # TLS files and Redis settings that only make sense together
+            values,
+            base=base,
+            file_label=os.fspath(path) if path is not None else None,
+            env=environment,
+            overrides=overrides or {},
+        )
+    )
     if values["processes"] is None:
         values["processes"] = usable_cpus()
     # Producers and workers started from different folders with the same

@@ -1,12 +1,14 @@
 """Opening Redis connections, and the version check.
 
-One place decides timeouts and what ``redis_url = "embedded"`` means, so
+One place decides timeouts, what ``redis_url = "embedded"`` means, and how
+TLS, credentials and Sentinel (a ``RedisTarget``) become a client, so
 producers, workers and the CLI reach the same server the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +17,11 @@ from typing import Any, TypeVar, cast
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from jobmaster.embedded import embedded_url
 from jobmaster.errors import RedisVersionError
+from jobmaster.redis_target import RedisTarget
 
 T = TypeVar("T")
 log = logging.getLogger("jobmaster.connection")
@@ -34,7 +38,7 @@ def resolve_url(redis_url: str, data_dir: str | Path) -> str:
 
 
 def connect(
-    redis_url: str,
+    target: RedisTarget | str,
     *,
     data_dir: str | Path = ".jobmaster",
     max_connections: int | None = None,
@@ -42,13 +46,18 @@ def connect(
 ) -> redis.Redis:
     """A client speaking bytes (payloads are kept exactly as stored).
 
+    ``target`` is a URL (``data_dir`` then says where ``embedded`` lives) or
+    a ``RedisTarget`` with credentials, TLS and Sentinel from the settings.
     Timeouts are bounded so that a call made while Redis is away fails within
     seconds and the calling loop can log and back off instead of hanging.
     Workers pass ``retry_commands=False``: a command redis-py re-sent after a
     lost reply could move a second job into the in-progress list; the
-    worker's own loops retry where that is safe.
+    worker's own loops retry where that is safe. ``max_connections`` caps the
+    pool, which then raises rather than opens one more (redis-py never blocks).
     """
-    options: dict[str, object] = {
+    if isinstance(target, str):
+        target = RedisTarget(url=target, data_dir=str(data_dir))
+    options: dict[str, Any] = {
         "socket_timeout": 10.0,
         "socket_connect_timeout": 3.0,
         "health_check_interval": 30,
@@ -57,7 +66,35 @@ def connect(
         options["max_connections"] = max_connections
     if not retry_commands:
         options["retry"] = Retry(NoBackoff(), 0)
-    return redis.Redis.from_url(resolve_url(redis_url, data_dir), **options)
+    options.update(target.client_options())
+    if target.sentinels:
+        return _through_sentinels(target, options)
+    # Options in the URL's query string win over these, as redis-py documents.
+    return redis.Redis.from_url(resolve_url(target.url, target.data_dir), **options)
+
+
+# How long a sentinel may take: one that is down is skipped for the next one,
+# and each new connection asks them for the primary's address.
+SENTINEL_TIMEOUTS = {"socket_connect_timeout": 1.0, "socket_timeout": 3.0}
+
+
+def _through_sentinels(target: RedisTarget, options: dict[str, Any]) -> redis.Redis:
+    """A client whose pool asks the sentinels for the primary's address on each new
+    connection; a connection error, or a READONLY reply from a demoted primary,
+    drops the connection, so the next command reaches the promoted replica."""
+    from_url = redis.connection.parse_url(target.url)  # type: ignore[no-untyped-call]
+    for where in ("host", "port", "path", "connection_class"):
+        from_url.pop(where, None)  # the sentinels say where the primary is
+    if target.uses_tls:
+        options["ssl"] = True  # SentinelConnectionPool's switch to TLS connections
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        target.sentinel_addresses,
+        sentinel_kwargs={**SENTINEL_TIMEOUTS, **target.sentinel_options()},
+    )
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.sentinel_master, **{**options, **from_url}
+    )
+    return client
 
 
 OUT_OF_MEMORY = (
@@ -75,7 +112,10 @@ def describe_error(error: Exception) -> str:
     """
     if isinstance(error, redis.exceptions.OutOfMemoryError):
         return OUT_OF_MEMORY
-    return str(error) or type(error).__name__
+    text = str(error) or type(error).__name__
+    if isinstance(error.__cause__ or error.__context__, ssl.SSLCertVerificationError):
+        return f"{text} (TLS: is redis_ssl_ca_certs the CA that signed the server's certificate?)"
+    return text
 
 
 def byte_list(reply: Any) -> list[bytes]:

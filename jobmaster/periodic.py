@@ -42,6 +42,7 @@ from jobmaster.config import Config, PeriodicEntry
 from jobmaster.connection import connect
 from jobmaster.errors import JobmasterError
 from jobmaster.keys import Keys
+from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
 from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED, digest
 
@@ -310,7 +311,7 @@ Source = Config | Client
 def _open(source: Source | None) -> tuple[redis.Redis, Keys, dict[str, PeriodicEntry]]:
     """Redis, keys and entries: a config's own entries, else the ones a master registered."""
     if isinstance(source, Config):
-        conn = connect(source.redis_url, data_dir=source.data_dir)
+        conn = connect(RedisTarget.of(source))
         return conn, Keys(source.namespace), dict(source.periodic)
     client = source if source is not None else default_client()
     raw = client.redis.hgetall(client.keys.periodic_entries)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+from jobmaster.redis_target import split_address
+
 Parser = Callable[[object], Any]
 
 
@@ -275,6 +277,27 @@ def redis_url(value: object) -> str:
     return value
 
 
+def secret(value: object) -> str:
+    """A password: any string, never echoed in an error (errors end up in logs)."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got a {type(value).__name__}")
+    return value
+
+
+def sentinels(value: object) -> list[str]:
+    """``["host:port", ...]`` (or comma-separated, from the environment)."""
+    entries = _items(value, '"host:port" strings')
+    for entry in entries:
+        split_address(entry)
+    return entries
+
+
+def sentinel_master(value: object) -> str:
+    if isinstance(value, str) and value.isprintable() and re.fullmatch(r"\S+", value):
+        return value
+    raise ValueError(f"must be the name the sentinels monitor, without spaces, {_got(value)}")
+
+
 def namespace(value: object) -> str:
     # Braces would break the one-hash-slot {tag} that keeps Lua cluster-safe.
     if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.:-]+", value):
@@ -330,6 +353,21 @@ def _flatten(table: dict[Any, Any], prefix: str) -> list[tuple[str, object]]:
     return items
 
 
+def port(value: object) -> int:
+    """A TCP port, 0 for "off"."""
+    number_ = _integer(value, 0)
+    if number_ > 65535:
+        raise ValueError(f"must be a port from 0 to 65535, {_got(value)}")
+    return number_
+
+
+def host(value: object) -> str:
+    """A host name or IP address to listen on (IPv6 without brackets)."""
+    if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.:%-]+", value.strip()):
+        return value.strip()
+    raise ValueError(f'must be a host name or an IP address such as "127.0.0.1", {_got(value)}')
+
+
 MIN_SECRET_LENGTH = 16
 
 
@@ -378,6 +416,74 @@ _ALL = [
         env="JOBMASTER_REDIS_URL",
         env_fallbacks=("REDIS_URL",),
         cli=("--redis-url",),
+    ),
+    Setting(
+        name="redis_username",
+        default="",
+        help="Redis ACL user, if redis_url names none.",
+        parse=string,
+        env="JOBMASTER_REDIS_USERNAME",
+    ),
+    Setting(
+        name="redis_password",
+        default="",
+        help="Redis password, if redis_url has none (no URL-escaping needed). Never shown.",
+        parse=secret,
+        env="JOBMASTER_REDIS_PASSWORD",
+        default_doc="none",
+    ),
+    Setting(
+        name="redis_ssl_ca_certs",
+        default="",
+        help="TLS (rediss://): CA file that signed the server's certificate (default: the "
+        "system's CAs).",
+        parse=path,
+        env="JOBMASTER_REDIS_SSL_CA_CERTS",
+    ),
+    Setting(
+        name="redis_ssl_certfile",
+        default="",
+        help="TLS: client certificate file, for servers that require one.",
+        parse=path,
+        env="JOBMASTER_REDIS_SSL_CERTFILE",
+    ),
+    Setting(
+        name="redis_ssl_keyfile",
+        default="",
+        help="TLS: private key of the client certificate (if not in the certificate file).",
+        parse=path,
+        env="JOBMASTER_REDIS_SSL_KEYFILE",
+    ),
+    Setting(
+        name="redis_ssl_cert_reqs",
+        default="required",
+        help="TLS: check of the server's certificate: required, optional or none.",
+        parse=choice("required", "optional", "none"),
+        env="JOBMASTER_REDIS_SSL_CERT_REQS",
+    ),
+    Setting(
+        name="redis_sentinels",
+        default=[],
+        help='Redis Sentinel addresses, as "host:port": the primary is asked of them '
+        "(redis_url then gives only the scheme, user, password and database).",
+        parse=sentinels,
+        env="JOBMASTER_REDIS_SENTINELS",
+        multiple=True,
+    ),
+    Setting(
+        name="redis_sentinel_master",
+        default="mymaster",
+        help="Name of the primary the sentinels monitor.",
+        parse=sentinel_master,
+        env="JOBMASTER_REDIS_SENTINEL_MASTER",
+    ),
+    Setting(
+        name="redis_sentinel_password",
+        default="",
+        help="Password of the sentinels themselves, if they have one. Never shown.",
+        parse=secret,
+        env="JOBMASTER_REDIS_SENTINEL_PASSWORD",
+        default_doc="none",
     ),
     Setting(
         name="processes",
@@ -561,6 +667,20 @@ _ALL = [
         parse=secret_keys,
         env="JOBMASTER_SECRET_KEY",
         default_doc="none",
+    ),
+    Setting(
+        name="metrics_port",
+        default=0,
+        help="Port on which the master serves Prometheus metrics at /metrics (0 = off).",
+        parse=port,
+        env="JOBMASTER_METRICS_PORT",
+    ),
+    Setting(
+        name="metrics_host",
+        default="127.0.0.1",
+        help='Address the metrics port listens on ("0.0.0.0" or "::" for every interface).',
+        parse=host,
+        env="JOBMASTER_METRICS_HOST",
     ),
 ]
 

@@ -19,6 +19,7 @@ import redis
 from jobmaster.cli import config_options, load, reports_errors
 from jobmaster.client import Client
 from jobmaster.config import Config
+from jobmaster.connection import describe_error
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import JobmasterError
 
@@ -58,17 +59,13 @@ def target(config_file: str | None, redis_url: str | None) -> Iterator[Target]:
     the whole command body runs inside this block.
     """
     config = load(config_file, {"redis_url": redis_url})
-    status_ttl = config.status_ttl if config.track_status else 0
-    client = Client(
-        config.redis_url,
-        namespace=config.namespace,
-        data_dir=config.data_dir,
-        status_ttl=status_ttl,
-    )
+    client = Client.from_config(config)  # URL, credentials, TLS or Sentinel
     try:
         yield Target(config, client)
     except (redis.ConnectionError, redis.TimeoutError) as error:
-        raise JobmasterError(f"cannot reach Redis at {config.redis_url_masked}: {error}") from error
+        raise JobmasterError(
+            f"cannot reach Redis at {config.redis_url_masked}: {describe_error(error)}"
+        ) from error
 
 
 def confirm(question: str, yes: bool) -> None:

@@ -24,10 +24,12 @@ from jobmaster.connection import byte_list, connect, wait_for_redis
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.keys import Keys
+from jobmaster.metrics.hub import MetricsHub
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import master_title, set_title
 from jobmaster.recovery import Recovery
+from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
 from jobmaster.signals import MASTER_SIGNALS, SignalQueue
 from jobmaster.signals import name as signal_name
@@ -66,7 +68,7 @@ class Master:
     def __init__(self, config: Config, embedded: EmbeddedRedis | None = None) -> None:
         self.config = config
         self.embedded = embedded
-        self.redis = connect(config.redis_url, data_dir=config.data_dir, retry_commands=False)
+        self.redis = connect(RedisTarget.of(config), retry_commands=False)
         self.keys = Keys(config.namespace)
         limits = DeadSetLimits(config.dead_max_jobs, config.dead_max_days)
         status_ttl = round(config.status_ttl) if config.track_status else 0
@@ -95,6 +97,15 @@ class Master:
         self.memory = self.memory_policy()
         self.sizes: dict[int, float] = {}  # pid -> MB, from the last memory check
         self._next_memory_check = 0.0
+        self.metrics: MetricsHub | None = None  # /metrics, when metrics_port is set
+        if config.metrics_port:
+            self.metrics = MetricsHub(
+                config,
+                self.children,
+                lambda: self.wanted,
+                self.redis,
+                redis_ok=lambda: self.outage.failing_since is None,
+            )
 
     def memory_policy(self) -> MemoryWatch:
         """The per-child limit (a number, or "auto" from the container) and the guard."""
@@ -127,6 +138,8 @@ class Master:
     # -- the loop ----------------------------------------------------------
     def run(self) -> int:
         wait_for_redis(self.redis, self.config.redis_url_masked)  # before any fork
+        if self.metrics is not None:
+            self.metrics.start()  # a port in use fails here, before any fork
         self.signals.install()
         log.info(
             "master %s starting %d children x %d threads on %s",
@@ -159,6 +172,8 @@ class Master:
             return self.exit_code
         finally:
             self.signals.restore()
+            if self.metrics is not None:
+                self.metrics.close()
 
     def wait(self) -> None:
         self.prune_respawns()
@@ -171,15 +186,20 @@ class Master:
         timeout = max(0.0, min(waits))
         fds = [fd for fd in (self.signals.wakeup_fd,) if fd is not None]
         fds += [c.ready_fd for c in self.children if c.ready_fd is not None]
+        metrics = self.metrics
+        fds += metrics.read_fds() if metrics is not None else []
+        writing = metrics.write_fds() if metrics is not None else []
         try:
-            readable, _, _ = select.select(fds, [], [], timeout)
+            readable, writable, _ = select.select(fds, writing, [], timeout)
         except InterruptedError:
-            readable = []
+            readable, writable = [], []
         self.signals.drain_wakeup()
         for fd in readable:
             child = self.children.by_ready_fd(fd)
             if child is not None:
                 self.read_ready(child)
+        if metrics is not None:
+            metrics.on_ready(readable, writable)  # never blocks: non-blocking sockets
 
     # -- signals -------------------------------------------------------------
     def handle_signals(self) -> None:
@@ -222,6 +242,7 @@ class Master:
         for child in self.children.in_state(RUNNING, QUIET):
             child.state = RETIRING
             child.stop_reason = "replaced (HUP)"
+            child.restart_reason = "hup"
         log.info("rolling restart: replacing %d children", len(self.children.in_state(RETIRING)))
 
     def handle_sigttin(self) -> None:
@@ -251,7 +272,9 @@ class Master:
         for child in retiring[: max(0, excess)]:
             self.stop_child(child, child.stop_reason)
 
-    def recycle(self, child: Child, reason: str, memory_cause: str | None = None) -> None:
+    def recycle(
+        self, child: Child, reason: str, memory_cause: str | None = None, kind: str = "memory"
+    ) -> None:
         """Replace a child gracefully: its replacement is forked in this same
         loop pass (it no longer counts as serving), and it stops fetching now.
 
@@ -259,10 +282,11 @@ class Master:
         within memory_grace, then stops; jobs it must push back then count a
         crash, so a job that bloats every time ends in the dead set. A child
         at max_jobs_per_child has quieted itself already and stops the same
-        way, without blame.
+        way, without blame. ``kind`` labels the restart in the metrics.
         """
         if child.state not in (STARTING, RUNNING, QUIET):
             return
+        child.restart_reason = kind
         log.warning(
             "child %d (pid %d) %s: recycling it (replacement first)", child.index, child.pid, reason
         )
@@ -395,7 +419,15 @@ class Master:
     def spawn(self, index: int) -> None:
         others = [c.ready_fd for c in self.children if c.ready_fd is not None]
         wakeup = self.signals.wakeup_fd
-        forked = fork_child(self.config, index, [*others, *([wakeup] if wakeup else [])])
+        metrics = self.metrics
+        if metrics is not None:
+            others += metrics.child_fds()
+        forked = fork_child(
+            self.config,
+            index,
+            [*others, *([wakeup] if wakeup else [])],
+            metrics=metrics.sender if metrics is not None else None,
+        )
         child = Child(index, forked.pid, forked.identity, time.monotonic(), forked.ready_fd)
         self.children.add(child)
         log.info("child %d started (pid %d)", index, forked.pid)
@@ -412,9 +444,10 @@ class Master:
             os.close(child.ready_fd)
             child.ready_fd = None
         if b"M" in data:
-            self.recycle(child, f"reached max_jobs_per_child ({self.config.max_jobs_per_child})")
+            limit = self.config.max_jobs_per_child
+            self.recycle(child, f"reached max_jobs_per_child ({limit})", kind="max_jobs")
         if b"T" in data:
-            self.recycle(child, "has a job stuck past its timeout")
+            self.recycle(child, "has a job stuck past its timeout", kind="timeout")
         if b"R" not in data or child.state != STARTING:
             return
         child.ready_at = time.monotonic()
@@ -456,6 +489,9 @@ class Master:
         # child) pushed its jobs back itself: replaced, but not a crash.
         crashed = unexpected and exits.exit_code(status) != exitcodes.OK
         cause = exits.cause(status)
+        if self.metrics is not None:
+            restart = "crash" if crashed else "exit" if unexpected else child.restart_reason
+            self.metrics.child_gone(child.pid, restart or None)
         if crashed:
             self.pending.append((child.identity, cause, "died"))
         elif child.memory_cause is not None and os.WIFSIGNALED(status):
@@ -505,6 +541,8 @@ class Master:
                 self.outage.failed(error, time.monotonic())
                 return "nothing yet (Redis unavailable; retrying)"
             self.pending.pop(0)
+            if self.metrics is not None:
+                self.metrics.recovered(report)
             summary.append(f"{len(report.requeued)} job(s)")
             if report.buried:
                 summary.append(f"{len(report.buried)} poison pill(s) to the dead set")

@@ -17,6 +17,7 @@ import os
 import random
 import secrets
 import signal
+import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,8 +40,17 @@ class Forked:
     ready_fd: int  # read end: the child writes one byte once it is up
 
 
-def fork_child(config: Config, index: int, close_in_child: Iterable[int] = ()) -> Forked:
-    """Fork a child that runs one worker process; returns its pid, identity, ready pipe."""
+def fork_child(
+    config: Config,
+    index: int,
+    close_in_child: Iterable[int] = (),
+    metrics: socket.socket | None = None,
+) -> Forked:
+    """Fork a child that runs one worker process; returns its pid, identity, ready pipe.
+
+    ``metrics`` is the socket the child reports its job counts on (see
+    jobmaster.metrics), when the master serves them.
+    """
     nonce = secrets.token_hex(4)
     master_pid = os.getpid()
     read_fd, write_fd = os.pipe()
@@ -60,7 +70,7 @@ def fork_child(config: Config, index: int, close_in_child: Iterable[int] = ()) -
         os.close(read_fd)
         for fd in close_in_child:
             _close_quietly(fd)
-        _child_main(config, index, nonce, master_pid, write_fd, previous)
+        _child_main(config, index, nonce, master_pid, write_fd, previous, metrics)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     os.close(write_fd)
     os.set_blocking(read_fd, False)
@@ -77,6 +87,7 @@ def _child_main(
     master_pid: int,
     ready_fd: int,
     mask: set[int | signal.Signals],
+    metrics: socket.socket | None = None,
 ) -> None:
     code = exitcodes.RUNTIME_FAILURE
     try:
@@ -93,7 +104,9 @@ def _child_main(
         from jobmaster.worker.child import serve  # after fork: the worker side, child only
 
         identity = Identity(nonce=nonce, master_pid=master_pid, index=index)
-        code = serve(config, signals, identity, master_pid=master_pid, ready_fd=ready_fd)
+        code = serve(
+            config, signals, identity, master_pid=master_pid, ready_fd=ready_fd, metrics=metrics
+        )
     except AppImportError as error:
         log.error("%s", error)
         code = exitcodes.APP_LOAD_FAILED

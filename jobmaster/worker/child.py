@@ -19,6 +19,7 @@ import os
 import queue
 import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ import traceback
 from jobmaster import exitcodes
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
+from jobmaster.metrics.jobs import Reporter
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import DUMP, QUIET, RECYCLE, RESUME, STOP, STOP_NOW, SignalQueue
@@ -47,19 +49,26 @@ def serve(
     master_pid: int | None = None,
     ready_fd: int | None = None,
     embedded: EmbeddedRedis | None = None,
+    metrics: socket.socket | None = None,
 ) -> int:
     """Run one worker process until it is stopped; returns the exit code.
 
     ``ready_fd`` is this child's pipe to the master: ``R`` once it is up (HUP
     and recycling wait for it), ``M`` when it reached max_jobs_per_child.
+    ``metrics``: where to report job counts, when the master serves metrics.
     """
     worker = WorkerProcess(config, identity)
     worker.start()
     steering = Steering(worker, config, master_pid, embedded, ready_fd)
     steering.title("")  # up: no longer "starting", before the master hears we are ready
     steering.tell_master(b"R")
+    manager = worker.manager
+    reporter = None
+    if metrics is not None:
+        reporter = Reporter(metrics, manager.job_metrics, lambda: manager.busy, config.concurrency)
     while (reason := steering.step(signals.get(timeout=TICK))) is None:
-        pass
+        if reporter is not None:
+            reporter.tick(time.monotonic())
     interrupts = 1 if reason == "SIGINT" else 0
 
     def stop_now() -> bool:
@@ -79,6 +88,8 @@ def serve(
         triage = crash_triage(config.max_crashes, config.crash_queue, cause, event)
     timeout = 0 if reason in ("SIGQUIT",) else config.shutdown_timeout
     worker.stop(timeout, stop_now, triage)
+    if reporter is not None:
+        reporter.flush()  # after the last job is recorded: a graceful stop loses no count
     return exitcodes.OK
 
 

@@ -13,10 +13,34 @@ from jobmaster.connection import connect
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.keys import Keys
 from jobmaster.recovery import Recovery
+from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
 from jobmaster.worker.identity import Identity
 
 DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for graphs
+
+# The threads of a worker process that may each hold a connection of its pool
+# at the same moment, besides the ``concurrency`` processor threads.
+BACKGROUND_THREADS = {
+    "main": 1,  # start, stop, pushing jobs back
+    "heartbeat": 1,
+    "scheduled poller": 1,
+    "self-check": 1,
+    "wakeup listener": 1,  # holds its pub/sub connection for as long as it is subscribed
+    "watchdog": 1,  # records the outcome of a job stuck past its timeout
+}
+POOL_MARGIN = 2  # middleware or hooks that use the worker's client from threads of their own
+
+
+def pool_size(concurrency: int) -> int:
+    """``max_connections`` of a worker process's pool.
+
+    redis-py's pool does not wait for a free connection: past the cap it
+    raises ConnectionError("Too many connections"). So the cap covers every
+    thread that talks to Redis at once; and there is a cap, so that a leak
+    cannot open connections until Redis's ``maxclients`` refuses everyone.
+    """
+    return concurrency + sum(BACKGROUND_THREADS.values()) + POOL_MARGIN
 
 
 @dataclass
@@ -34,9 +58,8 @@ class WorkerContext:
     def create(cls, config: Config, identity: Identity | None = None) -> WorkerContext:
         """Fresh connections sized for the processor threads plus the background loops."""
         client = connect(
-            config.redis_url,
-            data_dir=config.data_dir,
-            max_connections=config.concurrency + 8,
+            RedisTarget.of(config),
+            max_connections=pool_size(config.concurrency),
             retry_commands=False,
         )
         return cls(

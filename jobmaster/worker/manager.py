@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import redis
 
 from jobmaster.connection import byte_list
+from jobmaster.metrics.jobs import JobMetrics
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher, Unit
@@ -48,6 +49,7 @@ class Manager:
         self.max_jobs = 0
         self.watchdog: Watchdog | None = None  # set by the process: job timeouts
         self._abandoned: set[bytes] = set()  # stuck jobs the watchdog recorded
+        self.job_metrics = JobMetrics()  # counts per job, reported to a master serving metrics
         self._fetches = 0  # fetches in flight (a fetched job is not in _running yet)
         self._idle = threading.Condition()
         self.processors = [Processor(i, self) for i in range(ctx.config.concurrency)]

@@ -94,6 +94,7 @@ class WorkerProcess:
         log.error("stuck past its timeout: %s", error, extra=context)
         self.manager.abandon(armed.unit)
         if record(self.ctx, armed.unit.raw, outcome):
+            self.manager.job_metrics.observe_outcome(outcome, armed.unit.queue)
             run_hook(outcome)
         self.stuck.put(outcome.jid)
 

@@ -82,6 +82,7 @@ class Processor(threading.Thread):
         try:
             outcome = execute(unit, self.manager.watchdog, self.starting, self.ctx)
             if not self.manager.abandoned(unit) and record(self.ctx, unit.raw, outcome):
+                self.manager.job_metrics.observe_outcome(outcome, unit.queue)
                 run_hook(outcome)  # else the watchdog recorded it (and ran it)
         except Exception as error:
             # A bug of ours must neither kill this thread nor leave the job to

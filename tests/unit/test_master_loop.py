@@ -104,7 +104,9 @@ class Harness:
         self.master.notifier = self.notifier  # type: ignore[assignment]
 
     # -- the seams -------------------------------------------------------
-    def fork_child(self, config: Config, index: int, close_in_child: Any = ()) -> Forked:
+    def fork_child(
+        self, config: Config, index: int, close_in_child: Any = (), metrics: Any = None
+    ) -> Forked:
         assert config is self.master.config
         pid, self._next_pid = self._next_pid, self._next_pid + 1
         read_end, write_end = os.pipe()
