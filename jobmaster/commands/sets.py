@@ -184,72 +184,74 @@ def show_command(kind: SetKind) -> click.Command:
     return show
 
 
-def retry_command(kind: SetKind) -> click.Command:
-    """``retry``: back to their queues, by selector."""
-
-    @click.command(name="retry")
-    @selector_options
-    @command_options
-    def retry(
-        jid: str | None,
-        job: str | None,
-        error: str | None,
-        everyone: bool,
-        config_file: str | None,
-        redis_url: str | None,
-        debug: bool,
-    ) -> None:
-        """Move the selected entries to the end of their queues, to run now."""
-        check_selector(jid, job, error, everyone)
-        with target(config_file, redis_url) as t:
-            jobs = kind.open(t)
-            if jid is not None:
-                if not jobs.retry(jid):  # NotRunnable: one line, exit 1
-                    raise JobmasterError(f"no entry {jid!r} in {kind.title}")
-                click.echo(f"moved 1 entry of {kind.title} to its queue")
-                return
-            moved = left = 0
-            for entry in list(jobs.filter(job, error)):
-                if entry.runnable:
-                    moved += jobs.retry(entry)
-                else:
-                    left += 1
-        line = f"moved {plural(moved, 'entry', 'entries')} of {kind.title} to their queues"
-        if left:
-            line += f"; {left} not runnable left in place (delete them)"
-        click.echo(line)
-
-    return retry
+# What retry or delete does to the selected entries of one set; the line to print.
+SelectionAction = Callable[[SetKind, JobSet, str | None, str | None, str | None], str]
 
 
-def delete_command(kind: SetKind) -> click.Command:
-    """``delete``: by selector."""
+def selection_command(name: str, help_text: str, action: SelectionAction) -> Callable[..., Any]:
+    """A factory of ``NAME JID | --job NAME | --error CLASS | --all`` commands:
+    retry and delete differ only in what they do to the entries selected."""
 
-    @click.command(name="delete")
-    @selector_options
-    @command_options
-    def delete(
-        jid: str | None,
-        job: str | None,
-        error: str | None,
-        everyone: bool,
-        config_file: str | None,
-        redis_url: str | None,
-        debug: bool,
-    ) -> None:
-        """Delete the selected entries (their jobs will not run)."""
-        check_selector(jid, job, error, everyone)
-        with target(config_file, redis_url) as t:
-            jobs = kind.open(t)
-            if jid is not None:
-                if not jobs.delete(jid):
-                    raise JobmasterError(f"no entry {jid!r} in {kind.title}")
-                deleted = 1
-            else:
-                deleted = jobs.delete_where(job, error)
-        click.echo(f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}")
+    def make(kind: SetKind) -> click.Command:
+        @click.command(name=name, help=help_text)
+        @selector_options
+        @command_options
+        def command(
+            jid: str | None,
+            job: str | None,
+            error: str | None,
+            everyone: bool,
+            config_file: str | None,
+            redis_url: str | None,
+            debug: bool,
+        ) -> None:
+            check_selector(jid, job, error, everyone)
+            with target(config_file, redis_url) as t:
+                line = action(kind, kind.open(t), jid, job, error)
+            click.echo(line)
 
-    return delete
+        return command
+
+    return make
+
+
+def retry_selected(
+    kind: SetKind, jobs: JobSet, jid: str | None, job: str | None, error: str | None
+) -> str:
+    if jid is not None:
+        if not jobs.retry(jid):  # NotRunnable: one line, exit 1
+            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+        return f"moved 1 entry of {kind.title} to its queue"
+    moved = left = 0
+    for entry in list(jobs.filter(job, error)):
+        if entry.runnable:
+            moved += jobs.retry(entry)
+        else:
+            left += 1
+    line = f"moved {plural(moved, 'entry', 'entries')} of {kind.title} to their queues"
+    if left:
+        line += f"; {left} not runnable left in place (delete them)"
+    return line
+
+
+def delete_selected(
+    kind: SetKind, jobs: JobSet, jid: str | None, job: str | None, error: str | None
+) -> str:
+    if jid is not None:
+        if not jobs.delete(jid):
+            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+        deleted = 1
+    else:
+        deleted = jobs.delete_where(job, error)
+    return f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}"
+
+
+retry_command = selection_command(
+    "retry", "Move the selected entries to the end of their queues, to run now.", retry_selected
+)
+delete_command = selection_command(
+    "delete", "Delete the selected entries (their jobs will not run).", delete_selected
+)
 
 
 def clear_command(kind: SetKind) -> click.Command:
