@@ -314,6 +314,9 @@ def test_a_fetch_that_redis_runs_after_the_worker_gave_up_is_run_once(
         worker.manager.fetcher.fetch()  # we give up after 0.5 s...
     end_debug_sleep(store, sleeping)
     # ...and Redis ran it anyway once awake: the job is ours, and no thread runs it.
+    # Awake, Redis serves the worker's pending FETCH and our next command in
+    # one pass of its event loop, in either order: wait for the move itself.
+    wait_until(lambda: store.llen(worker.ctx.inprogress_key) > 0, timeout=5)
     listed = store.lrange(worker.ctx.inprogress_key, 0, -1)
     queued = store.lrange(K.queue("default"), 0, -1)
     calls = {name: stats["calls"] for name, stats in store.info("commandstats").items()}
