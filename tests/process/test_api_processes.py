@@ -60,7 +60,7 @@ def test_lists_the_master_and_its_children_then_quiets_and_resumes_them(
     assert all(c.hostname == boss.hostname and c.queues == ["default"] for c in children)
 
     assert processes.quiet(identity)
-    # The master reads its control list every 0.5 s and forwards TSTP at once.
+    # The master reads its control list every 0.25 s and forwards TSTP at once.
     wait_until(
         lambda: all(title(c.pid).endswith("quiet") for c in children),
         timeout=1.0,
