@@ -37,7 +37,10 @@ class DefaultRunGroup(click.Group):
     """A group whose default command is ``run``: ``jobmaster -c FILE`` starts the workers."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+        # The group's own options stay the group's: --version went to ``run``
+        # (and failed with "no such option") before.
+        own = ("--help", "-h", "--version")
+        if not args or (args[0] not in self.commands and args[0] not in own):
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
