@@ -1,6 +1,6 @@
 """Fixtures for the whole suite: private redis-servers, ports, waiting.
 
-Every server here is our own child on a free port: the shared Redis on 6379
+Every server here is our own child on a free port: the shared Redis on its default port
 must never be touched (a FLUSHALL there would wipe someone else's data).
 """
 
@@ -31,7 +31,7 @@ def _no_default_redis() -> Iterator[None]:
     """Point the producer's environment fallbacks at a port nobody listens on.
 
     A test that forgets to pass its private server's URL must fail, not
-    quietly write to the shared Redis on 6379 (which the defaults would reach).
+    quietly write to the shared Redis (which the defaults would reach).
     """
     nowhere = "redis://127.0.0.1:1/0"
     saved = {name: os.environ.get(name) for name in ("JOBMASTER_REDIS_URL", "REDIS_URL")}

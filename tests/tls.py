@@ -8,9 +8,11 @@ CA": a client that trusts it must refuse the server.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from jobmaster.embedded import RedisServerProcess
 from jobmaster.errors import JobmasterError
+from tests.helpers import free_port
 
 Key = ec.EllipticCurvePrivateKey
 
@@ -141,6 +144,17 @@ class TLSRedisServer(RedisServerProcess):
 
     def client(self, **kwargs: Any) -> redis.Redis:
         return redis.Redis.from_url(self.url, **self.certs.client_options(), **kwargs)
+
+
+@contextlib.contextmanager
+def serving(directory: Path, certs: Certificates) -> Iterator[TLSRedisServer]:
+    """A TLS-only server on a free port for the block (skipped without TLS), stopped after."""
+    server = TLSRedisServer(directory, free_port(), certs)
+    start_or_skip(server)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def start_or_skip(server: TLSRedisServer) -> None:

@@ -26,8 +26,8 @@ from jobmaster.keys import Keys
 from jobmaster.worker.context import BACKGROUND_THREADS, pool_size
 from jobmaster.worker.process import WorkerProcess
 from tests import jobs
-from tests.helpers import free_port, wait_until
-from tests.tls import Certificates, TLSRedisServer, make_certificates, start_or_skip
+from tests.helpers import wait_until
+from tests.tls import Certificates, TLSRedisServer, make_certificates, serving
 
 pytestmark = pytest.mark.timeout(60)
 K = Keys()
@@ -42,12 +42,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 def tls_server(
     tmp_path_factory: pytest.TempPathFactory, certs: Certificates
 ) -> Iterator[TLSRedisServer]:
-    server = TLSRedisServer(tmp_path_factory.mktemp("redis-tls"), free_port(), certs)
-    start_or_skip(server)
-    try:
+    with serving(tmp_path_factory.mktemp("redis-tls"), certs) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import redis
 from jobmaster.client import Client
 from jobmaster.config import load_config
 from jobmaster.keys import Keys
-from tests.helpers import free_port, wait_until
+from tests.helpers import wait_until
 from tests.process.conftest import ROOT, JobmasterProcess, jobmaster_command, wait_for_worker
-from tests.tls import Certificates, TLSRedisServer, make_certificates, start_or_skip
+from tests.tls import Certificates, TLSRedisServer, make_certificates, serving
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(60)]
 K = Keys()
@@ -36,12 +36,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 def tls_server(
     tmp_path_factory: pytest.TempPathFactory, certs: Certificates
 ) -> Iterator[TLSRedisServer]:
-    server = TLSRedisServer(tmp_path_factory.mktemp("redis-tls"), free_port(), certs)
-    start_or_skip(server)
-    try:
+    with serving(tmp_path_factory.mktemp("redis-tls"), certs) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def tls_settings(certs: Certificates, ca: Path) -> dict[str, object]:

@@ -13,6 +13,7 @@ from jobmaster.config import Config, PeriodicEntry, load_config, mask_url
 from jobmaster.cpus import usable_cpus
 from jobmaster.errors import ConfigError
 from jobmaster.settings import SETTINGS, reference_markdown
+from tests import helpers
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def test_defaults_without_a_file(in_tmp: Path) -> None:
     config = load_config(env={})
     assert config.source is None
     assert config.app == []
-    assert config.redis_url == "redis://127.0.0.1:6379/0"
+    assert config.redis_url == f"redis://127.0.0.1:{helpers.FORBIDDEN_PORT}/0"  # the spec default
     assert config.processes == usable_cpus()
     assert config.concurrency == 5
     assert config.queues == ["default"]

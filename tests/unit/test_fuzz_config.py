@@ -31,7 +31,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 # Nothing listens on port 1: `jobmaster check` on a valid config fails to
-# connect (exit 1) instead of reaching the shared Redis on 6379.
+# connect (exit 1) instead of reaching the shared Redis on its default port.
 NOWHERE = "redis://127.0.0.1:1/0"
 
 FUZZ = settings(

@@ -198,7 +198,7 @@ def test_a_password_of_the_wrong_type_is_not_echoed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "address"),
     [
-        ("10.0.0.1:26379", ("10.0.0.1", 26379)),
+        ("10.0.0.1:26479", ("10.0.0.1", 26479)),
         ("[::1]:5000", ("::1", 5000)),
         ("s-0.x:1", ("s-0.x", 1)),
     ],
@@ -207,7 +207,7 @@ def test_sentinel_addresses_are_host_and_port(text: str, address: tuple[str, int
     assert split_address(text) == address
 
 
-@pytest.mark.parametrize("bad", ["h", "h:", ":26379", "h:0", "h:65536", "h:x", "a b:1", "h:1:"])
+@pytest.mark.parametrize("bad", ["h", "h:", ":26479", "h:0", "h:65536", "h:x", "a b:1", "h:1:"])
 def test_a_bad_sentinel_address_is_refused(bad: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'redis_sentinels' (must be|port must)"):
         load_toml(tmp_path, f'redis_sentinels = ["{bad}"]\n')
@@ -215,11 +215,11 @@ def test_a_bad_sentinel_address_is_refused(bad: str, tmp_path: Path) -> None:
 
 def test_sentinels_from_the_environment_are_comma_separated() -> None:
     env = {
-        "JOBMASTER_REDIS_SENTINELS": "s1:26379, s2:26380",
+        "JOBMASTER_REDIS_SENTINELS": "s1:26479, s2:26380",
         "JOBMASTER_REDIS_SENTINEL_MASTER": "jobs",
     }
     config = load_config(None, env=env)
-    assert config.redis_sentinels == ["s1:26379", "s2:26380"]
+    assert config.redis_sentinels == ["s1:26479", "s2:26380"]
     assert config.redis_sentinel_master == "jobs"
 
 
@@ -228,13 +228,13 @@ def test_sentinels_need_a_tcp_url(url: str, tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match="'redis_sentinels' need a redis:// or rediss:// redis_url"
     ):
-        load_toml(tmp_path, f'redis_url = "{url}"\nredis_sentinels = ["s1:26379"]\n')
+        load_toml(tmp_path, f'redis_url = "{url}"\nredis_sentinels = ["s1:26479"]\n')
 
 
 def test_sentinel_client_asks_the_sentinels_and_keeps_db_and_credentials() -> None:
     target = RedisTarget(
         url=f"redis://:{NODE_PASSWORD}@ignored:1/3",
-        sentinels=("s1:26379", "[::1]:26380"),
+        sentinels=("s1:26479", "[::1]:26380"),
         sentinel_master="jobs",
         sentinel_password=SENTINEL_PASSWORD,
     )
@@ -251,7 +251,7 @@ def test_sentinel_client_asks_the_sentinels_and_keeps_db_and_credentials() -> No
 
 
 def test_sentinel_over_tls_encrypts_nodes_and_sentinels(pem: Path) -> None:
-    target = RedisTarget(url="rediss://x/0", ssl_ca_certs=str(pem), sentinels=("s1:26379",))
+    target = RedisTarget(url="rediss://x/0", ssl_ca_certs=str(pem), sentinels=("s1:26479",))
     pool = connect(target).connection_pool
     assert issubclass(pool.connection_class, redis.SSLConnection)
     assert pool.connection_kwargs["ssl_ca_certs"] == str(pem)
@@ -264,17 +264,17 @@ def test_logs_show_the_sentinels_and_never_a_password() -> None:
         None,
         env={
             "JOBMASTER_REDIS_URL": f"rediss://:{NODE_PASSWORD}@x/2",
-            "JOBMASTER_REDIS_SENTINELS": "s1:26379,s2:26379",
+            "JOBMASTER_REDIS_SENTINELS": "s1:26479,s2:26479",
             "JOBMASTER_REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
         },
     )
     shown = config.redis_url_masked
-    assert shown == "Sentinel master 'mymaster' via s1:26379,s2:26379 (database 2, TLS)"
+    assert shown == "Sentinel master 'mymaster' via s1:26479,s2:26479 (database 2, TLS)"
     assert SENTINEL_PASSWORD not in repr(config) and NODE_PASSWORD not in shown
 
 
 def test_the_cli_and_producers_use_the_same_target(tmp_path: Path) -> None:
-    config = load_toml(tmp_path, 'redis_sentinels = ["s1:26379"]\nnamespace = "app"\n')
+    config = load_toml(tmp_path, 'redis_sentinels = ["s1:26479"]\nnamespace = "app"\n')
     client = Client.from_config(config)
     assert isinstance(client.redis.connection_pool, SentinelConnectionPool)
     assert client.keys.prefix.startswith("app:")
@@ -286,7 +286,7 @@ def test_workers_make_their_settings_the_default_unless_the_app_configured_one(
     from jobmaster import client as producer
 
     monkeypatch.setattr(producer, "_default", None)
-    config = Config(redis_url="redis://127.0.0.1:1/0", redis_sentinels=["s1:26379"])
+    config = Config(redis_url="redis://127.0.0.1:1/0", redis_sentinels=["s1:26479"])
     producer.default_from_config(config)
     assert isinstance(producer.default_client().redis.connection_pool, SentinelConnectionPool)
 
