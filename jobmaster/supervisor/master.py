@@ -180,7 +180,10 @@ class Master:
     def wait(self) -> None:
         self.prune_respawns()
         now = time.monotonic()
-        waits = [1.0]  # at most a second: the loop's other duties are periodic
+        # At most a second: the loop's other duties are periodic. The control
+        # list has its own, shorter, due time: without it a remote quiet or stop
+        # waited up to a whole second instead of CONTROL_INTERVAL.
+        waits = [1.0, self._next_control - now]
         if self.respawn_at and not self.stopping:
             waits.append(min(self.respawn_at.values()) - now)
         if self.memory.limit_mb or self.memory.container_mb:
