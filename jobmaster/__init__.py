@@ -23,8 +23,12 @@ from jobmaster.errors import (
     PoisonPill,
 )
 from jobmaster.job import JobFunction, job
+from jobmaster.workflows.batch import Batch, batch, batch_status, current_batch
+from jobmaster.workflows.chain import chain, chain_status
+from jobmaster.workflows.signature import Signature
 
 __all__ = [
+    "Batch",
     "Client",
     "ConfigError",
     "DeadSet",
@@ -38,9 +42,15 @@ __all__ = [
     "Queue",
     "RetrySet",
     "ScheduledSet",
+    "Signature",
     "Stats",
     "attempts",
+    "batch",
+    "batch_status",
+    "chain",
+    "chain_status",
     "configure",
+    "current_batch",
     "job",
     "redis_info",
     "status",

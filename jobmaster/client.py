@@ -115,10 +115,17 @@ class Client:
 
     # -- payloads, for the job API ---------------------------------------
     def push_payloads(
-        self, payloads: Iterable[dict[str, Any]], at: float | None = None
+        self,
+        payloads: Iterable[dict[str, Any]],
+        at: float | None = None,
+        pipe: redis.client.Pipeline | None = None,
     ) -> list[dict[str, Any]]:
         """Push built payloads now, or into the scheduled set if ``at`` is in the
-        future, after the client middleware; returns the payloads pushed."""
+        future, after the client middleware; returns the payloads pushed.
+
+        ``pipe``: a MULTI pipeline holding other commands that must happen
+        with the push (a chain's hash), for a push now; it is executed with the
+        push, and not at all if the client middleware dropped every payload."""
         batch = [p for p in map(hooks.before_enqueue, payloads) if p is not None]
         if not batch:
             return []
@@ -126,7 +133,7 @@ class Client:
             if at is not None and float(at) > time.time():
                 self._schedule(batch, float(at))
             else:
-                self._push_now(batch)
+                self._push_now(batch, pipe)
         except redis.RedisError as error:
             names = sorted({str(p.get("job")) for p in batch})
             raise EnqueueError(
@@ -167,7 +174,9 @@ class Client:
                 f"could not enqueue {payload.get('job')}: {describe_error(error)}"
             ) from error
 
-    def _push_now(self, payloads: list[dict[str, Any]]) -> None:
+    def _push_now(
+        self, payloads: list[dict[str, Any]], pipe: redis.client.Pipeline | None = None
+    ) -> None:
         now = time.time()
         by_queue: dict[str, list[dict[str, Any]]] = {}
         for payload in payloads:
@@ -178,13 +187,13 @@ class Client:
             for queue, batch in by_queue.items()
             for start in range(0, len(batch), BULK_CHUNK)
         ]
-        if len(calls) == 1:
+        if len(calls) == 1 and pipe is None:
             queue, chunk = calls[0]
             self.scripts.push(
                 keys=self._push_keys(queue, chunk), args=self._push_args(queue, chunk)
             )
             return
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = pipe or self.redis.pipeline(transaction=False)
         for queue, chunk in calls:
             self.scripts.push(
                 keys=self._push_keys(queue, chunk), args=self._push_args(queue, chunk), client=pipe

@@ -21,6 +21,8 @@ from jobmaster.backoff import DEFAULT_RETRY, Backoff
 from jobmaster.client import Client, default_client
 from jobmaster.middleware.base import Middleware
 from jobmaster.unique import UniqueArgs, check_mode, digest, lock_ttl
+from jobmaster.workflows.batch import collecting
+from jobmaster.workflows.signature import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -125,6 +127,17 @@ class BoundJob(Generic[P, R]):
         """Push the job to run at ``when`` (datetime or unix time); its jid, or None."""
         return self._push(unix_time(when), args, kwargs)
 
+    def s(self, /, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """This call as data, for a chain step or a batch's job or callback."""
+        options = self.job_options
+        if options.unique is not None or options.encrypt:
+            raise ValueError(
+                f"{self.job.name}: unique and encrypted jobs cannot be chain steps, batch "
+                "callbacks or signatures (their lock or sealed arguments need enqueue)"
+            )
+        fields = {"queue": options.queue, "retry": options.retry, **options.payload_fields()}
+        return Signature(self.job.name, args, kwargs, fields)
+
     def _push(self, at: float | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         options = self.job_options
         built = wire.build(
@@ -142,6 +155,12 @@ class BoundJob(Generic[P, R]):
             return str(built["jid"])
         if options.encrypt:  # after the inline run: that one gets the plain arguments
             crypto.seal_payload(built)
+        batch = collecting()
+        if batch is not None:  # inside ``with b.jobs():``: pushed with the batch
+            if options.unique is not None:
+                raise ValueError(f"{self.job.name}: a unique job cannot join a batch")
+            batch.collect(built, at)
+            return str(built["jid"])
         client: Client = self.job.client or default_client()
         if options.unique is not None:
             built["unique"] = options.unique
@@ -173,6 +192,10 @@ class JobFunction(Generic[P, R]):
         if unknown:
             raise TypeError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))}")
         return BoundJob(self, replace(self.job_options, **overrides))
+
+    def s(self, /, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """This call as data: ``jobmaster.chain(a.s(1), b.s())``, ``batch.add(a.s(2))``."""
+        return BoundJob(self, self.job_options).s(*args, **kwargs)
 
     def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job now; returns its jid (None: a unique job's duplicate)."""

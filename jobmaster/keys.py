@@ -24,6 +24,11 @@ class Keys:
         return f"{self.prefix}queue:{name}"
 
     @property
+    def queue_prefix(self) -> str:
+        """What a script prepends to a queue name it reads from a stored callback."""
+        return self.queue("")
+
+    @property
     def queues(self) -> str:
         """Set of every queue name ever pushed to (for stats and the CLI)."""
         return f"{self.prefix}queues"
@@ -36,6 +41,11 @@ class Keys:
     def wakeup_channel(self, queue: str) -> str:
         """Pub/sub channel told "N jobs arrived" so idle workers fetch at once."""
         return f"{self.prefix}wakeup:{queue}"
+
+    @property
+    def wakeup_prefix(self) -> str:
+        """What a script prepends to a queue name to tell that queue's workers."""
+        return self.wakeup_channel("")
 
     # -- in progress and processes --------------------------------------
     def inprogress(self, identity: str) -> str:
@@ -125,3 +135,28 @@ class Keys:
         Lets ``jobmaster periodic list`` work from a Redis URL alone.
         """
         return f"{self.prefix}periodic:entries"
+
+    # -- dashboard history --------------------------------------------------
+    def history(self, minute: int) -> str:
+        """The processed/failed totals (JSON) as a master saw them at the start of
+        ``minute`` (unix time // 60), kept two hours: the dashboard's throughput chart."""
+        return f"{self.prefix}history:{minute}"
+
+    # -- workflows: batches and chains ----------------------------------
+    def batch(self, bid: str) -> str:
+        """Hash of one batch: description, counters (total, pending, succeeded,
+        skipped, dead), ``cancelled``, its callbacks and when each fired."""
+        return f"{self.prefix}batch:{bid}"
+
+    def batch_failed(self, bid: str) -> str:
+        """Set of the jids of a batch's jobs that failed and have not succeeded since."""
+        return f"{self.prefix}batch:{bid}:failed"
+
+    @property
+    def batches(self) -> str:
+        """Sorted set of batch ids by creation time (for listing them)."""
+        return f"{self.prefix}batches"
+
+    def chain(self, cid: str) -> str:
+        """Hash of one chain: steps, done, state, the current step's jid."""
+        return f"{self.prefix}chain:{cid}"

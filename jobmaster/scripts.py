@@ -92,7 +92,7 @@ return nil
 # ARGV[15] '1' when re-sent after a lost reply (optional): then do nothing
 #   unless the payload is still listed, since the first call may have run.
 # Returns 1 if the payload was still in the in-progress list, else 0.
-FINISH = """
+FINISH_BODY = """
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if removed == 0 and ARGV[15] == '1' then return 0 end
 if ARGV[2] ~= '-' then
@@ -126,8 +126,143 @@ if ARGV[12] ~= '' and redis.call('GET', KEYS[9]) == ARGV[13] then
     redis.call('EXPIRE', KEYS[9], ARGV[14])
   end
 end
-return removed
 """
+FINISH = FINISH_BODY + "return removed\n"
+
+# What a batch does when its counters move: fire a callback once, and decide
+# whether the batch is complete (every job ran once or was skipped) or a
+# success (every job succeeded). Shared by FINISH_STEP and BATCH_ADD (an
+# empty batch is complete as soon as it is pushed). A callback is stored in
+# the batch's hash as its queue, jid and payload without the closing brace
+# (``on:NAME:queue|jid|head``): the payload is written whole when the batch
+# is created, and only ``enqueued_at`` is added here, so nothing in it (a big
+# integer argument, say) goes through Lua's number conversion.
+# Each function takes the batch hash, the failed set, the time (as JSON text),
+# and ``via``: {queue key prefix, queue names set, wakeup channel prefix,
+# status key prefix ('' = status off), status TTL}.
+BATCH_FUNCTIONS = """
+local function push_job(via, queue, jid, payload)
+  redis.call('LPUSH', via[1] .. queue, payload)
+  redis.call('SADD', via[2], queue)
+  if via[4] ~= '' then redis.call('SET', via[4] .. jid, 'queued', 'EX', via[5]) end
+  redis.call('PUBLISH', via[3] .. queue, 1)
+end
+local function fire(batch, which, now, via)
+  if redis.call('HSETNX', batch, which .. '_at', now) == 0 then return end
+  local cb = redis.call('HMGET', batch, 'on:' .. which .. ':queue', 'on:' .. which .. ':jid',
+                        'on:' .. which .. ':head')
+  if cb[1] and cb[2] and cb[3] then
+    push_job(via, cb[1], cb[2], cb[3] .. ',"enqueued_at":' .. now .. '}')
+  end
+end
+local function settle(batch, failed, now, via)
+  local pending = tonumber(redis.call('HGET', batch, 'pending') or '0')
+  if pending <= redis.call('SCARD', failed) then fire(batch, 'complete', now, via) end
+  if pending <= 0 and tonumber(redis.call('HGET', batch, 'skipped') or '0') == 0 then
+    fire(batch, 'success', now, via)
+  end
+end
+"""
+
+# FINISH_STEP: FINISH for a job in a batch or a chain, with the workflow's
+# step in the same atomic step: a chain's next job is pushed only with its
+# predecessor's success, and a batch's counters move with the outcome, so a
+# callback can neither be missed nor fired twice (two children finishing the
+# last two jobs at once are serialised by Redis). Only the call that removed
+# the payload from the in-progress list moves the workflow: a job requeued
+# from under us (a recovered orphan) runs again and is counted then.
+# KEYS[1..9] and ARGV[1..15] as FINISH, then
+# KEYS[10] set of queue names, KEYS[11] the batch hash (any key without a
+#   batch), KEYS[12] the batch's failed set, KEYS[13] the chain hash (any key
+#   without a chain)
+# ARGV[16] queue key prefix, ARGV[17] wakeup channel prefix, ARGV[18] status
+#   key prefix ('' = status off), ARGV[19] batch event '' | 'succeeded' |
+#   'failed' | 'dead' | 'skipped', ARGV[20] now (unix time, JSON number text),
+#   ARGV[21] chain event '' | 'next' | 'last' | 'failed', ARGV[22] queue,
+#   ARGV[23] jid and ARGV[24] payload of the job to push with it (the chain's
+#   next step or its on_failure callback; '' for none), ARGV[25] the failed
+#   set's TTL (s)
+# Returns 1 if the payload was still in the in-progress list, else 0.
+FINISH_STEP = (
+    FINISH_BODY
+    + BATCH_FUNCTIONS
+    + """
+if removed == 0 then return 0 end
+local via = {ARGV[16], KEYS[10], ARGV[17], ARGV[18], ARGV[11]}
+local now, jid = ARGV[20], ARGV[13]
+local chain_event = ARGV[21]
+if chain_event ~= '' and redis.call('EXISTS', KEYS[13]) == 1 then
+  if chain_event == 'failed' then
+    redis.call('HSET', KEYS[13], 'state', 'failed', 'failed_jid', jid, 'finished_at', now)
+  else
+    redis.call('HINCRBY', KEYS[13], 'done', 1)
+    if chain_event == 'last' then
+      redis.call('HSET', KEYS[13], 'state', 'succeeded', 'finished_at', now)
+    else
+      redis.call('HSET', KEYS[13], 'current', ARGV[23])
+    end
+  end
+end
+if ARGV[24] ~= '' then push_job(via, ARGV[22], ARGV[23], ARGV[24]) end
+local event = ARGV[19]
+if event ~= '' and redis.call('EXISTS', KEYS[11]) == 1 then
+  if event == 'succeeded' or event == 'skipped' then
+    redis.call('HINCRBY', KEYS[11], event, 1)
+    redis.call('HINCRBY', KEYS[11], 'pending', -1)
+    redis.call('SREM', KEYS[12], jid)
+  else
+    redis.call('SADD', KEYS[12], jid)
+    redis.call('EXPIRE', KEYS[12], ARGV[25])
+    if event == 'dead' then
+      redis.call('HINCRBY', KEYS[11], 'dead', 1)
+      fire(KEYS[11], 'death', now, via)
+    end
+  end
+  settle(KEYS[11], KEYS[12], now, via)
+end
+return 1
+"""
+)
+
+# BATCH_ADD: create a batch (first call) and push jobs into it, as one step:
+# the batch's counters grow with its jobs, so no callback can fire while
+# some of the jobs of one ``with b.jobs():`` block are not pushed yet.
+# KEYS[1] the batch hash, KEYS[2] its failed set, KEYS[3] the batches index,
+# KEYS[4] set of queue names, KEYS[5] the scheduled set
+# ARGV[1] batch id, ARGV[2] now (JSON number text), ARGV[3] the batch's TTL
+# (s), ARGV[4] queue key prefix, ARGV[5] wakeup channel prefix, ARGV[6]
+# status key prefix ('' = status off), ARGV[7] status TTL (s), ARGV[8] n: the
+# number of hash fields set when the batch is created, ARGV[9 .. 8+2n] those
+# field/value pairs, then quadruples: queue, due time (0 = now; else the job
+# goes to the scheduled set, where its payload is complete), jid, payload.
+# Returns the batch's pending count.
+BATCH_ADD = (
+    BATCH_FUNCTIONS
+    + """
+local via = {ARGV[4], KEYS[4], ARGV[5], ARGV[6], ARGV[7]}
+local fields = tonumber(ARGV[8])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  for i = 9, 8 + 2 * fields, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+  redis.call('HSET', KEYS[1], 'created_at', ARGV[2], 'total', 0, 'pending', 0)
+  redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+end
+local added = 0
+for i = 9 + 2 * fields, #ARGV, 4 do
+  if tonumber(ARGV[i + 1]) > 0 then
+    redis.call('ZADD', KEYS[5], ARGV[i + 1], ARGV[i + 3])
+    if via[4] ~= '' then redis.call('SET', via[4] .. ARGV[i + 2], 'scheduled', 'EX', via[5]) end
+  else
+    push_job(via, ARGV[i], ARGV[i + 2], ARGV[i + 3])
+  end
+  added = added + 1
+end
+redis.call('HINCRBY', KEYS[1], 'total', added)
+local pending = redis.call('HINCRBY', KEYS[1], 'pending', added)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+settle(KEYS[1], KEYS[2], ARGV[2], via)
+return pending
+"""
+)
 
 # TRANSFER: move one entry out of a list or sorted set into a queue (front or
 # back) or a sorted set, only if it is still in its source. "Only if still
@@ -248,6 +383,16 @@ end
 return 1
 """
 
+# BATCH_CANCEL: mark a batch cancelled, only if it exists (a mistyped id must
+# not create an empty batch). Its jobs not yet started are skipped as fetched.
+# KEYS[1] the batch hash; ARGV[1] now (unix time)
+# Returns 1 if the batch exists, else 0.
+BATCH_CANCEL = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSETNX', KEYS[1], 'cancelled', ARGV[1])
+return 1
+"""
+
 
 class Scripts:
     """The scripts registered on one Redis client."""
@@ -256,6 +401,9 @@ class Scripts:
         self.push = client.register_script(PUSH)
         self.fetch = client.register_script(FETCH)
         self.finish = client.register_script(FINISH)
+        self.finish_step = client.register_script(FINISH_STEP)
+        self.batch_add = client.register_script(BATCH_ADD)
+        self.batch_cancel = client.register_script(BATCH_CANCEL)
         self.transfer = client.register_script(TRANSFER)
         self.periodic = client.register_script(PERIODIC)
         self.push_unique = client.register_script(PUSH_UNIQUE)

@@ -215,3 +215,46 @@ def kill_self_hooked(marker: str) -> None:
     """A poison pill with an on_failure hook: the hook must run once, in a worker."""
     store().hincrby("test:attempts", marker, 1)
     os.kill(os.getpid(), 9)
+
+
+# -- workflows ---------------------------------------------------------------
+@jobmaster.job(name="tests.step", retry=0)
+def step(marker: str, fail: bool = False) -> None:
+    """A chain step or batch job: appends its marker to ``test:order`` (in run order)."""
+    store().rpush("test:order", marker)
+    if fail:
+        raise ValueError(f"step {marker} fails on purpose")
+
+
+@jobmaster.job(name="tests.step_hooked", retry=0, on_failure=_hook_failed)
+def step_hooked(marker: str) -> None:
+    """A chain step that fails for good, with its own on_failure hook."""
+    store().rpush("test:order", marker)
+    raise KeyError(marker)
+
+
+@jobmaster.job(name="tests.callback", retry=0)
+def callback(kind: str, *, batch_id: str | None = None, chain_id: str | None = None) -> None:
+    """A workflow's callback: records which callback of which workflow ran."""
+    store().rpush("test:callbacks", f"{kind}:{batch_id or chain_id}")
+
+
+@jobmaster.job(name="tests.member", retry=0)
+def member(number: int, fail: bool = False, seconds: float = 0.0) -> None:
+    """A batch job: counts its runs (by number), sleeps, fails if asked."""
+    store().hincrby("test:member_runs", str(number), 1)
+    if seconds:
+        time.sleep(seconds)
+    if fail:
+        raise RuntimeError(f"member {number} fails on purpose")
+
+
+@jobmaster.job(name="tests.grows_batch", retry=0)
+def grows_batch(count: int) -> None:
+    """A batch job that adds ``count`` more jobs to its own batch while it runs."""
+    batch = jobmaster.current_batch()
+    assert batch is not None, "not running in a batch"
+    with batch.jobs():
+        for number in range(100, 100 + count):
+            member.enqueue(number)
+    store().rpush("test:order", "grown")

@@ -1,4 +1,5 @@
-"""The operator's Python API: queues, the scheduled/retry/dead sets, processes, stats.
+"""The operator's Python API: queues, the scheduled/retry/dead sets, processes,
+stats, batches.
 
 What ``jobmaster stats``, ``ps``, ``ctl``, ``dead|retries|scheduled`` and
 ``queue`` (and the web dashboard) are built on::
@@ -15,6 +16,7 @@ or nothing: the producer's default client (``jobmaster.configure``).
 
 from __future__ import annotations
 
+from jobmaster.api.batches import BatchInfo, BatchSet
 from jobmaster.api.info import redis_info
 from jobmaster.api.processes import Process, ProcessSet
 from jobmaster.api.queues import Queue
@@ -23,6 +25,8 @@ from jobmaster.api.sorted_sets import DeadSet, JobSet, NotRunnable, RetrySet, Sc
 from jobmaster.api.stats import DayStats, QueueStats, Stats
 
 __all__ = [
+    "BatchInfo",
+    "BatchSet",
     "DayStats",
     "DeadSet",
     "JobRecord",

@@ -1,6 +1,7 @@
 """Running one fetched job: decode, look up, call, decide the outcome.
 
-Nothing here touches Redis; ``record`` (outcome.py) does that afterwards.
+Nothing here writes to Redis; ``record`` (outcome.py) does that afterwards.
+The one read is a batch job's ``cancelled`` flag: such a job is skipped.
 Bad input becomes a dead-set outcome instead of an exception, so one
 broken payload never kills a processor thread or holds up the jobs behind it.
 
@@ -8,8 +9,9 @@ Each job logs one ``job.start`` line and one end line named after its
 outcome: ``job.done`` (INFO), ``job.retry`` or ``job.failed`` (retry off;
 WARNING), ``job.dead`` (ERROR), with ``duration_ms`` and, for a failure, the
 error's class and message. A job held back by middleware logs
-``job.deferred`` instead. The lines carry the jid, job name and queue, never
-the arguments: those may be secrets (``encrypt=True``) or personal data.
+``job.deferred`` instead, and a job of a cancelled batch ``job.skipped``.
+The lines carry the jid, job name and queue, never the arguments: those may
+be secrets (``encrypt=True``) or personal data.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from jobmaster.worker.outcome import (
     bad_payload,
     decide_failure,
     deferred,
+    skipped,
     succeeded,
     with_hook,
     with_unique,
 )
 from jobmaster.worker.watchdog import Watchdog
+from jobmaster.workflows import steps
+from jobmaster.workflows.batch import running_in
 
 log = logging.getLogger("jobmaster.worker.executor")
 
@@ -78,10 +83,13 @@ def _run(
         arguments = crypto.arguments(payload)  # opened if sealed; a DecryptError is a BadPayload
     except wire.BadPayload as error:
         return _buried(unit, str(error))
+    context = {"jid": payload["jid"], "job": payload["job"], "queue": unit.queue}
+    if ctx is not None and steps.cancelled(ctx.redis, ctx.keys, steps.step_of(payload)):
+        _event(logging.INFO, "job.skipped", context, "skipped: its batch was cancelled")
+        return skipped(payload)
     job = registry.lookup(payload["job"])
     if job is None:
         return _buried(unit, f"no job registered as {payload['job']!r}")
-    context = {"jid": payload["jid"], "job": job.name, "queue": unit.queue}
     chain = [*hooks.installed(), *job.job_options.middleware]
     around = None
     if chain and ctx is not None:
@@ -116,7 +124,11 @@ def _call(
         on_start(payload)
     options = job.job_options
     try:
-        with watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext():
+        # running_in: jobmaster.current_batch() for the job's code.
+        with (
+            watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext(),
+            running_in(payload),
+        ):
             job.func(*arguments[0], **arguments[1])
     except BaseException as error:  # a job's SystemExit must not end the thread either
         if isinstance(error, JobTimeout) and not str(error):

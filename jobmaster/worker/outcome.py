@@ -25,10 +25,11 @@ from jobmaster.errors import Permanent
 from jobmaster.job import JobOptions
 from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
+from jobmaster.workflows.steps import Step, finish_step_arguments, step_of
 
 log = logging.getLogger("jobmaster.worker.outcome")
 
-Kind = Literal["done", "retry", "dead", "dropped", "deferred"]
+Kind = Literal["done", "retry", "dead", "dropped", "deferred", "skipped"]
 MAX_BACKTRACE_LINES = 40
 RECORD_ATTEMPTS_FOR = 30.0
 STATUS = {
@@ -37,6 +38,7 @@ STATUS = {
     "dead": "dead",
     "dropped": "failed",
     "deferred": "scheduled",
+    "skipped": "skipped",  # its batch was cancelled: not run
 }  # seconds an outcome keeps being retried (a Redis restart)
 
 
@@ -55,6 +57,7 @@ class Outcome:
     # The job's on_success/on_failure, bound to this outcome: run once it is recorded.
     hook: Callable[[], Any] | None = None
     unique_digest: str | None = None  # an until_executed job's lock, to release or extend
+    workflow: Step | None = None  # its batch or chain, moved by FINISH_STEP
 
     @property
     def status(self) -> str:
@@ -63,7 +66,18 @@ class Outcome:
 
 
 def succeeded(payload: dict[str, Any]) -> Outcome:
-    return Outcome("done", str(payload["jid"]), str(payload["job"]))
+    return Outcome("done", str(payload["jid"]), str(payload["job"]), workflow=step_of(payload))
+
+
+def skipped(payload: dict[str, Any]) -> Outcome:
+    """Its batch was cancelled: acknowledged and counted by the batch, never run."""
+    return Outcome(
+        "skipped",
+        str(payload["jid"]),
+        str(payload["job"]),
+        reason="its batch was cancelled",
+        workflow=step_of(payload),
+    )
 
 
 def bad_payload(raw: bytes, reason: str, queue: str) -> Outcome:
@@ -110,8 +124,17 @@ def decide_failure(
     retry = payload.get("retry", default_retry)
     count = int(payload.get("retry_count", 0) or 0) + 1
     stored = {**payload, **error_fields(error), "retry_count": count, "failed_at": now}
+    workflow = step_of(payload)
     if retry is False:
-        return Outcome("dropped", jid, name, failed=True, reason="retry is off", error=described)
+        return Outcome(
+            "dropped",
+            jid,
+            name,
+            failed=True,
+            reason="retry is off",
+            error=described,
+            workflow=workflow,
+        )
     limit = DEFAULT_RETRY if retry is True or not isinstance(retry, int) else retry
     if isinstance(error, Permanent):
         reason = f"{type(error).__name__}: {error} (permanent, not retried)"
@@ -132,10 +155,19 @@ def decide_failure(
             score=due,
             reason=described,
             error=described,
+            workflow=workflow,
         )
     stored.update(dead_reason=reason, died_at=now)
     return Outcome(
-        "dead", jid, name, failed=True, stored=stored, score=now, reason=reason, error=described
+        "dead",
+        jid,
+        name,
+        failed=True,
+        stored=stored,
+        score=now,
+        reason=reason,
+        error=described,
+        workflow=workflow,
     )
 
 
@@ -201,7 +233,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     target = {"retry": keys.retry, "dead": keys.dead, "deferred": keys.scheduled}.get(
         outcome.kind, keys.dead
     )
-    ran = outcome.kind != "deferred"
+    ran = outcome.kind not in ("deferred", "skipped")
     lock_action, lock_ttl = "", 0
     if outcome.unique_digest is not None:
         # Kept through a retry's wait (extended past it), released at the end.
@@ -256,10 +288,23 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     # order their data arrived (and a new connection is accepted first), and
     # a command held by CLIENT PAUSE is dropped with its closed connection.
     # So the outcome is recorded once, by whichever call removes the payload.
+    script = ctx.scripts.finish
+    step_keys: list[str] = []
+    step_args: list[Any] = []
+    if outcome.workflow is not None:
+        # Built once, like the stored payload: a retried call pushes the same
+        # next step (same jid), which the script pushes only once anyway.
+        script = ctx.scripts.finish_step
+        step_keys, step_args = finish_step_arguments(
+            keys, outcome.kind, outcome.workflow, bool(ctx.status_ttl)
+        )
     resent = False
     while True:
         try:
-            listed = ctx.scripts.finish(keys=call_keys, args=[*call_args, "1" if resent else "0"])
+            listed = script(
+                keys=[*call_keys, *step_keys],
+                args=[*call_args, "1" if resent else "0", *step_args],
+            )
         except redis.RedisError as error:
             if isinstance(error, redis.ConnectionError | redis.TimeoutError):
                 resent = True

@@ -35,6 +35,9 @@ def all_keys(keys: Keys) -> list[str]:
         "day": day,
         "jid": "0123456789abcdef01234567",
         "digest": "0123456789abcdef0123456789abcdef",
+        "bid": "fedcba9876543210fedcba98",
+        "cid": "00112233445566778899aabb",
+        "minute": 29_412_345,
     }
     names: list[str] = []
     for attribute, member in inspect.getmembers(Keys):

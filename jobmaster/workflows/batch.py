@@ -1,0 +1,236 @@
+"""Batches: many jobs, tracked together, with callbacks when they are done.
+
+::
+
+    b = jobmaster.batch(description="import 2026-11", on_success=report.s("ok"))
+    with b.jobs():
+        for row in rows:
+            import_row.enqueue(row)
+    jobmaster.batch_status(b.bid)
+
+Every ``enqueue`` inside ``with b.jobs():`` (and every ``b.add(sig)``) is
+collected and pushed with the batch's counters in one BATCH_ADD script when
+the block ends: a callback cannot fire while part of a block is not pushed,
+however fast the first jobs run. Outside a block, ``b.add(*sigs)`` is one such
+step by itself. A job of the batch may add more jobs to it while it runs
+(``jobmaster.current_batch()``): it is still pending then, so the batch cannot
+complete in between.
+
+Callbacks (each optional, each fired exactly once, by the FINISH_STEP of the
+job that settles the batch):
+
+- ``on_complete``: every job has run at least once (succeeded, or failed and
+  waiting for a retry, or dead) or was skipped by ``cancel()``;
+- ``on_success``: every job succeeded (a retry that succeeds counts);
+- ``on_death``: the first time one of its jobs goes to the dead set.
+
+A callback job gets its signature's arguments plus ``batch_id=``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from jobmaster import payload as wire
+from jobmaster.api.batches import BatchSet
+from jobmaster.client import Client, default_client
+from jobmaster.connection import describe_error
+from jobmaster.errors import EnqueueError
+from jobmaster.middleware import base as hooks
+from jobmaster.workflows.signature import Signature, as_signature
+
+BATCH_TTL = 30 * 24 * 3600  # seconds a batch is kept after its last jobs were added
+CALLBACKS = ("complete", "success", "death")
+
+# The batch whose ``jobs()`` block is open in this thread (or task).
+_collecting: contextvars.ContextVar[Batch | None] = contextvars.ContextVar(
+    "jobmaster_batch_collecting", default=None
+)
+# The batch id of the job running in this processor thread.
+_running: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "jobmaster_batch_running", default=None
+)
+
+
+@dataclass
+class Pending:
+    """A job collected by an open ``jobs()`` block, pushed when it closes."""
+
+    payload: dict[str, Any]
+    at: float | None
+
+
+class Batch:
+    """A batch of jobs; nothing is in Redis until its first jobs are added."""
+
+    def __init__(
+        self,
+        bid: str | None = None,
+        *,
+        description: str = "",
+        on_complete: Signature | None = None,
+        on_success: Signature | None = None,
+        on_death: Signature | None = None,
+        client: Client | None = None,
+    ) -> None:
+        self.bid = bid or wire.new_jid()
+        self.description = str(description)
+        self.callbacks: dict[str, Signature] = {}
+        for name, value in zip(CALLBACKS, (on_complete, on_success, on_death), strict=True):
+            if value is not None:
+                self.callbacks[name] = as_signature(value, f"on_{name}")
+        self._client = client
+        self._collected: list[Pending] | None = None
+
+    def __repr__(self) -> str:
+        return f"<batch {self.bid} {self.description!r}>"
+
+    @property
+    def client(self) -> Client:
+        return self._client or default_client()
+
+    # -- adding jobs ------------------------------------------------------
+    @contextlib.contextmanager
+    def jobs(self) -> Iterator[Batch]:
+        """Collect every ``enqueue`` (and ``add``) of this block; push them all at
+        its end, in one step. Nothing is pushed if the block raises."""
+        if self._collected is not None:
+            raise RuntimeError(f"batch {self.bid}: jobs() blocks do not nest")
+        self._collected = []
+        token = _collecting.set(self)
+        try:
+            yield self
+            collected = self._collected
+        finally:
+            _collecting.reset(token)
+            self._collected = None
+        self._push(collected)
+
+    def add(self, *signatures: Signature) -> list[str]:
+        """Add jobs by signature; their jids. In a ``jobs()`` block they are
+        pushed with the rest of it; outside one, now, as one step."""
+        payloads = [as_signature(sig, "add()").payload() for sig in signatures]
+        pending = [Pending(p, None) for p in payloads]
+        if self._collected is not None:
+            self._collected.extend(pending)
+        else:
+            self._push(pending)
+        return [str(p["jid"]) for p in payloads]
+
+    def collect(self, payload: dict[str, Any], at: float | None) -> None:
+        """Called by ``enqueue`` inside an open ``jobs()`` block."""
+        if self._collected is None:  # pragma: no cover - only reachable through _collecting
+            raise RuntimeError(f"batch {self.bid}: no jobs() block is open")
+        self._collected.append(Pending(payload, at))
+
+    def _push(self, collected: list[Pending]) -> None:
+        client, now = self.client, time.time()
+        keys = client.keys
+        status_prefix = keys.status_prefix if client.status_ttl else ""
+        args: list[Any] = [
+            self.bid,
+            repr(now),
+            BATCH_TTL,
+            keys.queue_prefix,
+            keys.wakeup_prefix,
+            status_prefix,
+            client.status_ttl or 1,
+        ]
+        fields = self._fields()
+        args.append(len(fields))
+        for name, value in fields.items():
+            args += [name, value]
+        for item in collected:
+            payload = hooks.before_enqueue({**item.payload, "batch": self.bid})
+            if payload is None:
+                continue  # dropped by a client middleware
+            later = item.at is not None and item.at > now
+            payload["enqueued_at"] = now
+            args += [payload["queue"], item.at if later else 0, payload["jid"]]
+            args.append(wire.encode(payload))
+        batch_keys = [
+            keys.batch(self.bid),
+            keys.batch_failed(self.bid),
+            keys.batches,
+            keys.queues,
+            keys.scheduled,
+        ]
+        try:
+            client.scripts.batch_add(keys=batch_keys, args=args)
+        except redis.RedisError as error:
+            reason = describe_error(error)
+            raise EnqueueError(f"could not push batch {self.bid}: {reason}") from error
+
+    def _fields(self) -> dict[str, Any]:
+        """The batch hash's fields, written only by the call that creates it."""
+        fields: dict[str, Any] = {"description": self.description}
+        for name, sig in self.callbacks.items():
+            payload = sig.with_kwargs(batch_id=self.bid).payload({"callback_of": self.bid})
+            text = wire.encode(payload).decode()
+            fields[f"on:{name}:queue"] = payload["queue"]
+            fields[f"on:{name}:jid"] = payload["jid"]
+            fields[f"on:{name}:head"] = text[:-1]  # FINISH_STEP adds enqueued_at and the brace
+        return fields
+
+    # -- steering it -------------------------------------------------------
+    def cancel(self) -> bool:
+        """Skip the jobs of this batch not yet started (counted as skipped, not
+        run). True if the batch exists."""
+        return BatchSet(self.client).cancel(self.bid)
+
+    def status(self) -> dict[str, Any] | None:
+        return batch_status(self.bid, self.client)
+
+
+def batch(
+    *,
+    description: str = "",
+    on_complete: Signature | None = None,
+    on_success: Signature | None = None,
+    on_death: Signature | None = None,
+    client: Client | None = None,
+) -> Batch:
+    """A new batch (see the module's docstring); add jobs with ``jobs()`` or ``add``."""
+    return Batch(
+        description=description,
+        on_complete=on_complete,
+        on_success=on_success,
+        on_death=on_death,
+        client=client,
+    )
+
+
+def collecting() -> Batch | None:
+    """The batch whose ``jobs()`` block is open here, if any (the job API asks)."""
+    return _collecting.get()
+
+
+def current_batch(client: Client | None = None) -> Batch | None:
+    """Inside a running job of a batch: that batch, to add more jobs to it."""
+    bid = _running.get()
+    return Batch(bid, client=client) if bid else None
+
+
+@contextlib.contextmanager
+def running_in(payload: Mapping[str, Any]) -> Iterator[None]:
+    """Set ``current_batch()`` while a worker runs this payload's job."""
+    bid = payload.get("batch")
+    token = _running.set(bid if isinstance(bid, str) else None)
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+def batch_status(bid: str, client: Client | None = None) -> dict[str, Any] | None:
+    """A batch's counters and state (see ``jobmaster.api.BatchInfo``); None if
+    unknown or expired."""
+    info = BatchSet(client or default_client()).get(bid)
+    return info.as_dict() if info is not None else None

@@ -1,0 +1,150 @@
+"""The worker's side of workflows: what a job's end does to its chain or batch.
+
+A payload in a workflow carries ``batch`` (the batch id) and/or ``chain``
+(see chain.py). When such a job's outcome is recorded, FINISH_STEP is used
+instead of FINISH, with the extra KEYS and ARGV built here: the batch event
+(succeeded, failed, dead, skipped) and the chain's next job (the next step
+after a success, the chain's ``on_failure`` after a failure for good), so
+that the workflow moves in the same atomic step as the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from jobmaster import payload as wire
+from jobmaster.keys import Keys
+from jobmaster.workflows.batch import BATCH_TTL
+from jobmaster.workflows.chain import link
+from jobmaster.workflows.signature import Signature
+
+log = logging.getLogger("jobmaster.workflows.steps")
+
+# An outcome's kind -> the batch's event ('' for none: a deferred job did not run).
+BATCH_EVENTS = {
+    "done": "succeeded",
+    "retry": "failed",
+    "dropped": "failed",
+    "dead": "dead",
+    "skipped": "skipped",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """The workflow a job belongs to, read from its payload."""
+
+    batch: str | None
+    chain: Mapping[str, Any] | None
+
+
+def step_of(payload: Mapping[str, Any]) -> Step | None:
+    """The payload's batch and chain, if it is in one (malformed fields are ignored:
+    the job still runs, as a job of no workflow)."""
+    batch, chain = payload.get("batch"), payload.get("chain")
+    if not (isinstance(batch, str) and batch and wire.key_safe(batch)):
+        batch = None
+    if not (isinstance(chain, Mapping) and wire.key_safe(chain.get("id"))):
+        chain = None
+    return Step(batch, chain) if batch or chain else None
+
+
+def cancelled(client: redis.Redis, keys: Keys, step: Step | None) -> bool:
+    """Whether the job's batch was cancelled: then it is skipped, not run."""
+    if step is None or step.batch is None:
+        return False
+    try:
+        return bool(client.hexists(keys.batch(step.batch), "cancelled"))
+    except redis.RedisError as error:
+        # Run it: a cancel is best effort, and an outage must not bury a job.
+        log.warning("could not read whether batch %s is cancelled: %s", step.batch, error)
+        return False
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """The chain's part of FINISH_STEP: its event and the job to push with it."""
+
+    event: str = ""  # '' | 'next' | 'last' | 'failed'
+    queue: str = ""
+    jid: str = ""
+    payload: bytes = b""
+
+
+def follow_up(kind: str, chain: Mapping[str, Any] | None, now: float) -> FollowUp:
+    """What a step's outcome does to its chain (pure: unit-tested without Redis)."""
+    if chain is None or kind not in ("done", "dead", "dropped"):
+        return FollowUp()
+    cid = str(chain["id"])
+    listed = chain.get("rest")
+    rest: list[Any] = listed if isinstance(listed, list) else []
+    failure = chain.get("on_failure")
+    if kind == "done" and not rest:
+        return FollowUp("last")
+    if kind == "done":
+        step, steps = _int(chain.get("step"), 1), _int(chain.get("steps"), len(rest) + 1)
+        try:
+            nxt = Signature.from_json(rest[0])
+        except TypeError as error:
+            log.error(
+                "chain %s: step %d is not a valid signature (%s); the chain stops",
+                cid,
+                step + 1,
+                error,
+            )
+        else:
+            on_fail = failure if isinstance(failure, Mapping) else None
+            field = link(cid, step + 1, steps, rest[1:], dict(on_fail) if on_fail else None)
+            return _job("next", nxt.payload({"chain": field}), now)
+    # Failed for good (or its next step is unreadable): the chain stops here.
+    if not isinstance(failure, Mapping):
+        return FollowUp("failed")
+    try:
+        callback = Signature.from_json(failure).with_kwargs(chain_id=cid)
+    except TypeError as error:
+        log.error("chain %s: its on_failure is not a valid signature (%s)", cid, error)
+        return FollowUp("failed")
+    return _job("failed", callback.payload({"callback_of": cid}), now)
+
+
+def _job(event: str, payload: dict[str, Any], now: float) -> FollowUp:
+    payload["enqueued_at"] = now
+    return FollowUp(event, str(payload["queue"]), str(payload["jid"]), wire.encode(payload))
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def finish_step_arguments(
+    keys: Keys, kind: str, step: Step, status_on: bool
+) -> tuple[list[str], list[Any]]:
+    """FINISH_STEP's KEYS[10..13] and ARGV[16..25] (scripts.py documents them)."""
+    now = time.time()
+    follow = follow_up(kind, step.chain, now)
+    batch = step.batch
+    call_keys = [
+        keys.queues,
+        keys.batch(batch) if batch else keys.batches,
+        keys.batch_failed(batch) if batch else keys.batches,
+        keys.chain(str(step.chain["id"])) if step.chain is not None else keys.batches,
+    ]
+    call_args: list[Any] = [
+        keys.queue_prefix,
+        keys.wakeup_prefix,
+        keys.status_prefix if status_on else "",
+        BATCH_EVENTS.get(kind, "") if batch else "",
+        repr(now),
+        follow.event,
+        follow.queue,
+        follow.jid,
+        follow.payload,
+        BATCH_TTL,
+    ]
+    return call_keys, call_args
