@@ -25,6 +25,7 @@ from jobmaster.hooks import ON_FAILURE
 from jobmaster.keys import Keys
 from jobmaster.scripts import Scripts
 from jobmaster.unique import MODES
+from jobmaster.workflows.steps import finish_step_arguments, step_of
 
 log = logging.getLogger("jobmaster.recovery")
 
@@ -77,8 +78,22 @@ class Recovery:
         dead = where == "zset"
         channel = self.keys.wakeup_channel(queue) if queue else ""
         status = status if self.status_ttl else ""
-        moved = self.scripts.transfer(
-            keys=[source, target, self.keys.queues, self.keys.status(str(entry.get("jid")))],
+        script = self.scripts.transfer
+        step_keys: list[str] = []
+        step_args: list[Any] = []
+        step = step_of(entry) if target == self.keys.dead else None
+        if step is not None:  # a batch or chain job buried: its workflow moves with it
+            script = self.scripts.bury_step
+            step_keys, step_args = finish_step_arguments(self.keys, "dead", step, bool(status))
+            step_args.append(str(entry.get("jid")))
+        moved = script(
+            keys=[
+                source,
+                target,
+                self.keys.queues,
+                self.keys.status(str(entry.get("jid"))),
+                *step_keys,
+            ],
             args=[
                 kind,
                 raw,
@@ -91,6 +106,7 @@ class Recovery:
                 self.limits.cutoff(score) if dead else "-inf",
                 status,
                 self.status_ttl or 1,
+                *step_args,
             ],
         )
         return bool(moved)

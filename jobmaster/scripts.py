@@ -164,6 +164,53 @@ local function settle(batch, failed, now, via)
 end
 """
 
+# The workflow part of FINISH_STEP and BURY_STEP: what a job's end does to
+# its chain (push the next step, or the chain's on_failure) and its batch
+# (counters, callbacks). ``k``: {set of queue names, the batch hash (any key
+# without a batch), the batch's failed set, the chain hash (any key without
+# a chain)}. ``a``: {queue key prefix, wakeup channel prefix, status key
+# prefix ('' = status off), batch event '' | 'succeeded' | 'failed' | 'dead' |
+# 'skipped', now (unix time, JSON number text), chain event '' | 'next' |
+# 'last' | 'failed', queue, jid and payload of the job to push with it (the
+# chain's next step or its on_failure; '' for none), the failed set's TTL
+# (s), the job's jid, status TTL (s)}.
+WORKFLOW_FUNCTION = """
+local function workflow_step(k, a)
+  local via = {a[1], k[1], a[2], a[3], a[12]}
+  local now, jid = a[5], a[11]
+  local chain_event = a[6]
+  if chain_event ~= '' and redis.call('EXISTS', k[4]) == 1 then
+    if chain_event == 'failed' then
+      redis.call('HSET', k[4], 'state', 'failed', 'failed_jid', jid, 'finished_at', now)
+    else
+      redis.call('HINCRBY', k[4], 'done', 1)
+      if chain_event == 'last' then
+        redis.call('HSET', k[4], 'state', 'succeeded', 'finished_at', now)
+      else
+        redis.call('HSET', k[4], 'current', a[8])
+      end
+    end
+  end
+  if a[9] ~= '' then push_job(via, a[7], a[8], a[9]) end
+  local event = a[4]
+  if event ~= '' and redis.call('EXISTS', k[2]) == 1 then
+    if event == 'succeeded' or event == 'skipped' then
+      redis.call('HINCRBY', k[2], event, 1)
+      redis.call('HINCRBY', k[2], 'pending', -1)
+      redis.call('SREM', k[3], jid)
+    else
+      redis.call('SADD', k[3], jid)
+      redis.call('EXPIRE', k[3], a[10])
+      if event == 'dead' then
+        redis.call('HINCRBY', k[2], 'dead', 1)
+        fire(k[2], 'death', now, via)
+      end
+    end
+    settle(k[2], k[3], now, via)
+  end
+end
+"""
+
 # FINISH_STEP: FINISH for a job in a batch or a chain, with the workflow's
 # step in the same atomic step: a chain's next job is pushed only with its
 # predecessor's success, and a batch's counters move with the outcome, so a
@@ -171,55 +218,19 @@ end
 # last two jobs at once are serialised by Redis). Only the call that removed
 # the payload from the in-progress list moves the workflow: a job requeued
 # from under us (a recovered orphan) runs again and is counted then.
-# KEYS[1..9] and ARGV[1..15] as FINISH, then
-# KEYS[10] set of queue names, KEYS[11] the batch hash (any key without a
-#   batch), KEYS[12] the batch's failed set, KEYS[13] the chain hash (any key
-#   without a chain)
-# ARGV[16] queue key prefix, ARGV[17] wakeup channel prefix, ARGV[18] status
-#   key prefix ('' = status off), ARGV[19] batch event '' | 'succeeded' |
-#   'failed' | 'dead' | 'skipped', ARGV[20] now (unix time, JSON number text),
-#   ARGV[21] chain event '' | 'next' | 'last' | 'failed', ARGV[22] queue,
-#   ARGV[23] jid and ARGV[24] payload of the job to push with it (the chain's
-#   next step or its on_failure callback; '' for none), ARGV[25] the failed
-#   set's TTL (s)
+# KEYS[1..9] and ARGV[1..15] as FINISH, then KEYS[10..13] and ARGV[16..25]
+# the workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION), less the jid
+# (ARGV[13]) and status TTL (ARGV[11]), which FINISH has already.
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH_STEP = (
     FINISH_BODY
     + BATCH_FUNCTIONS
+    + WORKFLOW_FUNCTION
     + """
 if removed == 0 then return 0 end
-local via = {ARGV[16], KEYS[10], ARGV[17], ARGV[18], ARGV[11]}
-local now, jid = ARGV[20], ARGV[13]
-local chain_event = ARGV[21]
-if chain_event ~= '' and redis.call('EXISTS', KEYS[13]) == 1 then
-  if chain_event == 'failed' then
-    redis.call('HSET', KEYS[13], 'state', 'failed', 'failed_jid', jid, 'finished_at', now)
-  else
-    redis.call('HINCRBY', KEYS[13], 'done', 1)
-    if chain_event == 'last' then
-      redis.call('HSET', KEYS[13], 'state', 'succeeded', 'finished_at', now)
-    else
-      redis.call('HSET', KEYS[13], 'current', ARGV[23])
-    end
-  end
-end
-if ARGV[24] ~= '' then push_job(via, ARGV[22], ARGV[23], ARGV[24]) end
-local event = ARGV[19]
-if event ~= '' and redis.call('EXISTS', KEYS[11]) == 1 then
-  if event == 'succeeded' or event == 'skipped' then
-    redis.call('HINCRBY', KEYS[11], event, 1)
-    redis.call('HINCRBY', KEYS[11], 'pending', -1)
-    redis.call('SREM', KEYS[12], jid)
-  else
-    redis.call('SADD', KEYS[12], jid)
-    redis.call('EXPIRE', KEYS[12], ARGV[25])
-    if event == 'dead' then
-      redis.call('HINCRBY', KEYS[11], 'dead', 1)
-      fire(KEYS[11], 'death', now, via)
-    end
-  end
-  settle(KEYS[11], KEYS[12], now, via)
-end
+workflow_step({KEYS[10], KEYS[11], KEYS[12], KEYS[13]},
+  {ARGV[16], ARGV[17], ARGV[18], ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23],
+   ARGV[24], ARGV[25], ARGV[13], ARGV[11]})
 return 1
 """
 )
@@ -278,7 +289,7 @@ return pending
 # ARGV[9] sorted set cutoff score (entries below it go; '-inf' for none),
 # ARGV[10] the job's new status ('' = leave it), ARGV[11] status TTL (s)
 # Returns 1 if moved, 0 if the entry was no longer in the source.
-TRANSFER = """
+TRANSFER_BODY = """
 local removed
 if ARGV[1] == 'list' then
   removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
@@ -302,8 +313,28 @@ else
   if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], 1) end
 end
 if ARGV[10] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11]) end
+"""
+TRANSFER = TRANSFER_BODY + "return 1\n"
+
+# BURY_STEP: TRANSFER of a batch or chain job to the dead set by the master's
+# recovery (a poison pill), with the workflow's step: the batch counts the
+# death (and may complete), the chain stops. Without it such a batch would
+# never complete.
+# KEYS[1..4] and ARGV[1..11] as TRANSFER, then KEYS[5..8] and ARGV[12..21]
+# the workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed
+# set's TTL, and ARGV[22] the job's jid.
+# Returns 1 if moved, 0 if the entry was no longer in the source.
+BURY_STEP = (
+    TRANSFER_BODY
+    + BATCH_FUNCTIONS
+    + WORKFLOW_FUNCTION
+    + """
+workflow_step({KEYS[5], KEYS[6], KEYS[7], KEYS[8]},
+  {ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19],
+   ARGV[20], ARGV[21], ARGV[22], ARGV[11]})
 return 1
 """
+)
 
 
 # PERIODIC: claim slots of one periodic entry and enqueue a job for each one
@@ -402,6 +433,7 @@ class Scripts:
         self.fetch = client.register_script(FETCH)
         self.finish = client.register_script(FINISH)
         self.finish_step = client.register_script(FINISH_STEP)
+        self.bury_step = client.register_script(BURY_STEP)
         self.batch_add = client.register_script(BATCH_ADD)
         self.batch_cancel = client.register_script(BATCH_CANCEL)
         self.transfer = client.register_script(TRANSFER)

@@ -176,3 +176,30 @@ def test_a_batch_completes_with_exact_counts_while_children_are_sigkilled(
     assert sum(runs.values()) - 600 <= kills * 4  # reruns only of jobs killed mid-run
     hold_for(1.0, lambda: len(texts(store, "test:callbacks")) == 2, "a callback fired twice")
     assert master.popen.poll() is None
+
+
+def test_a_poison_pill_in_a_batch_is_counted_dead_and_the_batch_completes(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    client = Client(redis_url)
+    batch = jobmaster.batch(
+        on_complete=jobs.callback.s("complete"),
+        on_death=jobs.callback.s("death"),
+        on_success=jobs.callback.s("success"),
+        client=client,
+    )
+    batch.add(jobs.kill_self.s("pill"), jobs.member.s(1))
+    # One thread per child: the pill never takes an innocent job down with it.
+    start_master(run_jobmaster, write_config, store, max_crashes=2, concurrency=1)
+    bid = batch.bid
+    # Buried by the master's recovery, not by a FINISH: the batch still hears of it.
+    wait_until(
+        lambda: sorted(texts(store, "test:callbacks")) == [f"complete:{bid}", f"death:{bid}"],
+        timeout=30,
+        message="complete and death callbacks",
+    )
+    info = batch_info(client, bid)
+    assert (info.succeeded, info.dead, info.failed, info.pending) == (1, 1, 1, 1)
+    [dead] = list(jobmaster.DeadSet(client))
+    assert dead.job == "tests.kill_self"
+    hold_for(0.5, lambda: len(texts(store, "test:callbacks")) == 2, "a callback fired twice")
