@@ -1,4 +1,4 @@
-"""The operator's commands: stats, ps, ctl, dead|retries|scheduled, queue.
+"""The operator's commands: stats, ps, ctl, dead|retries|scheduled, queue, batches.
 
 Built on jobmaster.api only. Their modules use cli.py's helpers
 (``config_options``, ``reports_errors``, ``load``), and cli.py adds them to
@@ -14,11 +14,12 @@ import click
 
 
 def register(main: click.Group) -> None:
+    from jobmaster.commands.batches import batches_group
     from jobmaster.commands.processes import ctl_group, ps_command
     from jobmaster.commands.sets import GROUPS
     from jobmaster.commands.stats import queue_group, stats_command
 
-    for command in (stats_command, ps_command, ctl_group, *GROUPS, queue_group):
+    for command in (stats_command, ps_command, ctl_group, *GROUPS, queue_group, batches_group):
         main.add_command(command)
 
 
