@@ -203,3 +203,27 @@ def test_a_poison_pill_in_a_batch_is_counted_dead_and_the_batch_completes(
     [dead] = list(jobmaster.DeadSet(client))
     assert dead.job == "tests.kill_self"
     hold_for(0.5, lambda: len(texts(store, "test:callbacks")) == 2, "a callback fired twice")
+
+
+def test_two_children_finishing_a_batch_together_fire_its_callback_once(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    """300 batches of two jobs: each batch's last two jobs finish at nearly the
+    same moment in two children, again and again; every callback fires once."""
+    client = Client(redis_url)
+    bids = []
+    for _ in range(300):
+        batch = jobmaster.batch(
+            on_complete=jobs.callback.s("complete"),
+            on_success=jobs.callback.s("success"),
+            client=client,
+        )
+        with batch.jobs():
+            jobs.member.enqueue(0)
+            jobs.member.enqueue(1)
+        bids.append(batch.bid)
+    start_master(run_jobmaster, write_config, store, concurrency=1)
+    wait_until(lambda: store.llen("test:callbacks") >= 600, timeout=60, message="600 callbacks")
+    hold_for(0.5, lambda: store.llen("test:callbacks") == 600, "a callback fired twice")
+    fired = sorted(texts(store, "test:callbacks"))
+    assert fired == sorted([f"complete:{bid}" for bid in bids] + [f"success:{bid}" for bid in bids])
