@@ -391,9 +391,21 @@ def record_select_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return timeouts
 
 
+def test_wait_wakes_up_when_the_control_list_is_due(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote quiet or stop is read every CONTROL_INTERVAL, not once per idle second."""
+    timeouts = record_select_timeouts(monkeypatch)
+    harness.start_all()
+    harness.master._next_control = time.monotonic() + master_module.CONTROL_INTERVAL
+    harness.master.wait()
+    assert 0.0 < timeouts[0] <= master_module.CONTROL_INTERVAL
+
+
 def test_wait_wakes_up_for_a_due_respawn(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     timeouts = record_select_timeouts(monkeypatch)
     harness.start_all()
+    harness.master._next_control = float("inf")  # this test is about the respawn alone
     harness.master.wait()
     harness.die(harness.child(1), killed_by(signal.SIGKILL))
     harness.master.wait()
@@ -406,6 +418,7 @@ def test_ttou_below_a_slot_in_backoff_does_not_make_the_loop_spin(
 ) -> None:
     timeouts = record_select_timeouts(monkeypatch)
     harness.start_all()
+    harness.master._next_control = float("inf")  # this test is about the respawn alone
     harness.die(harness.child(3), exited_with(1))  # right after start: back in 0.1 s
     harness.master.handle_sigttou()  # the operator shrinks the pool meanwhile
     assert harness.kills == []  # two serving children are what is wanted now
