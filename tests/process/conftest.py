@@ -121,9 +121,18 @@ def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Jobm
         return process
 
     yield start
-    for process in tagged(tag):
+    # By descent first: a long process title overwrites the environment block
+    # that the tag is read from, so a child that renamed itself can hide from
+    # tagged(). Missed, it would go on taking the next test's jobs from the
+    # session's Redis.
+    doomed = {p.pid: p for p in tagged(tag)}
+    for process in started:
+        if process.popen.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                doomed.update((c.pid, c) for c in psutil.Process(process.pid).children(True))
+    for victim in doomed.values():
         with contextlib.suppress(psutil.Error):
-            process.kill()
+            victim.kill()
     for process in started:
         if process.popen.poll() is None:  # a reaped pid's group id may be reused
             with contextlib.suppress(ProcessLookupError):

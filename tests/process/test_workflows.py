@@ -190,14 +190,17 @@ def test_a_poison_pill_in_a_batch_is_counted_dead_and_the_batch_completes(
     )
     batch.add(jobs.kill_self.s("pill"), jobs.member.s(1))
     # One thread per child: the pill never takes an innocent job down with it.
-    start_master(run_jobmaster, write_config, store, max_crashes=2, concurrency=1)
+    master = start_master(run_jobmaster, write_config, store, max_crashes=2, concurrency=1)
     bid = batch.bid
     # Buried by the master's recovery, not by a FINISH: the batch still hears of it.
-    wait_until(
-        lambda: sorted(texts(store, "test:callbacks")) == [f"complete:{bid}", f"death:{bid}"],
-        timeout=30,
-        message="complete and death callbacks",
-    )
+    try:
+        wait_until(
+            lambda: sorted(texts(store, "test:callbacks")) == [f"complete:{bid}", f"death:{bid}"],
+            timeout=30,
+        )
+    except AssertionError:
+        info = BatchSet(client).get(bid)
+        raise AssertionError(f"callbacks {texts(store, 'test:callbacks')}, {info}\n{master.log()}")
     info = batch_info(client, bid)
     assert (info.succeeded, info.dead, info.failed, info.pending) == (1, 1, 1, 1)
     [dead] = list(jobmaster.DeadSet(client))
