@@ -45,33 +45,45 @@ redis.call('PUBLISH', ARGV[2], n)
 return n
 """
 
-# FETCH: reliable fetch. Moves the oldest payload of the first non-paused,
-# non-empty queue into this worker's in-progress list, in one step, so a job
-# is never only in the worker's memory.
-# Marks the job "working": its status key is the prefix plus the payload's
+# FETCH: reliable fetch. Moves the oldest payloads of the first non-paused,
+# non-empty queues into this worker's in-progress list, in one step, so a
+# job is never only in the worker's memory. Takes up to ARGV[3] jobs (the
+# threads of the process waiting to fetch at that moment: one round trip
+# serves them all), from the first queue in the given order and, if it runs
+# dry, from the next ones.
+# Marks each job "working": its status key is the prefix plus the payload's
 # jid, known only once the payload is read, so it is built here; it has the
 # namespace's hash tag like every key, so the script stays on one slot.
 # KEYS[1] in-progress list, KEYS[2] paused set, KEYS[3..] queue lists
 # ARGV[1] status key prefix ('' = status off), ARGV[2] status TTL (s),
-# ARGV[3..] queue names, in the same order as KEYS[3..]
-# Returns {payload, queue name, jobs left in that queue} or nil.
+# ARGV[3] the most jobs to take, ARGV[4..] queue names, in the order of KEYS[3..]
+# Returns {jobs left in the last queue taken from, payload, its queue name,
+# payload, its queue name, ...}, or nil when every queue is empty or paused.
 FETCH = """
+local want = tonumber(ARGV[3])
+local taken, left = {0}, 0
 for i = 3, #KEYS do
-  local name = ARGV[i]
+  local name = ARGV[i + 1]
+  if #taken > 2 * want then break end
   if redis.call('SISMEMBER', KEYS[2], name) == 0 then
-    local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
-    if payload then
+    while #taken <= 2 * want do
+      local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
+      if not payload then break end
       if ARGV[1] ~= '' then
         local ok, job = pcall(cjson.decode, payload)
         if ok and type(job) == 'table' and type(job.jid) == 'string' then
           redis.call('SET', ARGV[1] .. job.jid, 'working', 'EX', ARGV[2])
         end
       end
-      return {payload, name, redis.call('LLEN', KEYS[i])}
+      taken[#taken + 1] = payload
+      taken[#taken + 1] = name
+      left = i
     end
   end
 end
-return nil
+if #taken == 1 then return nil end
+taken[1] = redis.call('LLEN', KEYS[left])
+return taken
 """
 
 # FINISH: record a job's outcome and acknowledge it, as one step, so the

@@ -30,6 +30,16 @@ process. Instead:
   idle thread once a second: the worst case is a second, and an idle process
   sends about one FETCH a second, plus its heartbeat and poller.
 
+One round trip for every thread waiting. When several threads want a job
+at the same moment (a burst, or short jobs: each thread fetches again as it
+finishes), the first one to get the fetch lock asks FETCH for as many jobs
+as threads are waiting, keeps one and leaves the rest in a hand-off list
+that the waiting threads take from in turn, without a round trip each. The
+hand-off never holds more jobs than threads waiting for it, so every job in
+it is taken within moments, and each is already in our in-progress list:
+a crash requeues it, a stop pushes it back, and a thread that takes one as
+quiet begins gives it back like any job it fetched.
+
 A lost reply. FETCH is not a blocking command and is never re-sent by
 redis-py (workers connect with ``retry_commands=False``), so a reply lost to
 the socket timeout costs at most one job sitting in our in-progress list
@@ -42,7 +52,9 @@ is dropped with the connection we close on the timeout, so it never runs.
 
 from __future__ import annotations
 
+import collections
 import random
+import threading
 from dataclasses import dataclass
 
 from jobmaster.worker.context import WorkerContext
@@ -70,6 +82,10 @@ class Fetcher:
         # proportion to its weight.
         self.expanded = [name for name, weight in weights for _ in range(weight)]
         self.queue_keys = {name: ctx.keys.queue(name) for name in self.names}
+        self._lock = threading.Lock()  # one FETCH at a time; the others wait for its jobs
+        self._count_lock = threading.Lock()
+        self._waiting = 0  # threads inside fetch(), the one fetching included
+        self._handoff: collections.deque[Unit] = collections.deque()
 
     def queue_order(self) -> list[str]:
         if self.strict or len(self.names) == 1:
@@ -78,15 +94,39 @@ class Fetcher:
         return list(dict.fromkeys(drawn))
 
     def fetch(self) -> Unit | None:
-        """One round trip: a job moved into our in-progress list, or None."""
+        """A job moved into our in-progress list (by this thread's round trip or
+        another's that fetched for it too), or None when there is none."""
+        with self._count_lock:
+            self._waiting += 1
+        try:
+            with self._lock:
+                if self._handoff:
+                    return self._handoff.popleft()
+                with self._count_lock:
+                    wanted = self._waiting
+                units = self.fetch_many(wanted)
+                if not units:
+                    return None
+                self._handoff.extend(units[1:])
+                return units[0]
+        finally:
+            with self._count_lock:
+                self._waiting -= 1
+
+    def fetch_many(self, count: int) -> list[Unit]:
+        """One round trip: up to ``count`` jobs moved into our in-progress list."""
         order = self.queue_order()
         keys = [self.ctx.inprogress_key, self.ctx.keys.paused]
         keys.extend(self.queue_keys[name] for name in order)
         prefix = self.ctx.keys.status_prefix if self.ctx.status_ttl else ""
-        result = self.ctx.scripts.fetch(keys=keys, args=[prefix, self.ctx.status_ttl, *order])
+        result = self.ctx.scripts.fetch(
+            keys=keys, args=[prefix, self.ctx.status_ttl, count, *order]
+        )
         if not result:
-            return None
-        raw, queue, left = result
-        if int(left) > 0:
-            self.signal.notify(1)
-        return Unit(raw=bytes(raw), queue=queue.decode())
+            return []
+        if int(result[0]) > 0:
+            self.signal.notify(1)  # more are waiting: wake one more idle thread
+        pairs = result[1:]
+        return [
+            Unit(raw=bytes(pairs[i]), queue=pairs[i + 1].decode()) for i in range(0, len(pairs), 2)
+        ]

@@ -19,16 +19,16 @@ def scripts(store: redis.Redis) -> Scripts:
     return Scripts(store)
 
 
-def fetch(scripts: Scripts, queues: list[str]) -> list[object] | None:
+def fetch(scripts: Scripts, queues: list[str], count: int = 1) -> list[object] | None:
     keys = [INPROG, K.paused, *(K.queue(q) for q in queues)]
-    return scripts.fetch(keys=keys, args=[K.status_prefix, 60, *queues])  # type: ignore[no-any-return]
+    return scripts.fetch(keys=keys, args=[K.status_prefix, 60, count, *queues])  # type: ignore[no-any-return]
 
 
 def test_fetch_moves_the_oldest_job_into_the_inprogress_list(
     store: redis.Redis, scripts: Scripts
 ) -> None:
     store.lpush(K.queue("a"), b"first", b"second")
-    raw, queue, left = fetch(scripts, ["a"])  # type: ignore[misc]
+    left, raw, queue = fetch(scripts, ["a"])  # type: ignore[misc]
     assert (raw, queue, left) == (b"first", b"a", 1)
     assert store.lrange(INPROG, 0, -1) == [b"first"]
     assert store.lrange(K.queue("a"), 0, -1) == [b"second"]
@@ -39,11 +39,26 @@ def test_fetch_takes_queues_in_the_given_order_and_skips_paused(
 ) -> None:
     store.lpush(K.queue("a"), b"from-a")
     store.lpush(K.queue("b"), b"from-b")
-    assert fetch(scripts, ["b", "a"])[0] == b"from-b"  # type: ignore[index]
+    assert fetch(scripts, ["b", "a"])[1] == b"from-b"  # type: ignore[index]
     store.sadd(K.paused, "a")
     assert fetch(scripts, ["a", "b"]) is None
     store.srem(K.paused, "a")
-    assert fetch(scripts, ["a", "b"])[0] == b"from-a"  # type: ignore[index]
+    assert fetch(scripts, ["a", "b"])[1] == b"from-a"  # type: ignore[index]
+
+
+def test_fetch_takes_several_jobs_in_one_step_across_queues_in_order(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    store.lpush(K.queue("a"), b"a1", b"a2")
+    store.lpush(K.queue("b"), b"b1", b"b2", b"b3")
+    store.lpush(K.queue("p"), b"p1")
+    store.sadd(K.paused, "p")
+    taken = fetch(scripts, ["a", "p", "b"], count=4)
+    assert taken == [1, b"a1", b"a", b"a2", b"a", b"b1", b"b", b"b2", b"b"]  # 1 left in b
+    assert store.lrange(INPROG, 0, -1) == [b"b2", b"b1", b"a2", b"a1"]
+    assert fetch(scripts, ["a", "p", "b"], count=4) == [0, b"b3", b"b"]
+    assert fetch(scripts, ["a", "p", "b"], count=4) is None
+    assert store.llen(K.queue("p")) == 1
 
 
 def finish(
@@ -194,6 +209,6 @@ def test_status_follows_the_job_through_push_fetch_and_finish(
 
 def test_fetch_survives_a_payload_that_is_not_json(store: redis.Redis, scripts: Scripts) -> None:
     store.lpush(K.queue("q"), b"\xff not json")
-    raw, _, _ = fetch(scripts, ["q"])  # type: ignore[misc]
+    _, raw, _ = fetch(scripts, ["q"])  # type: ignore[misc]
     assert raw == b"\xff not json"  # moved, for the worker to bury; no status written
     assert store.keys(K.status("*")) == []
