@@ -104,6 +104,8 @@ class Config:
     metrics_host: str = field(default_factory=_default("metrics_host"))
     # Never in the repr: a logged or printed Config must not leak the keys.
     secret_key: list[str] = field(default_factory=_default("secret_key"), repr=False)
+    web_password: str = field(default_factory=_default("web_password"), repr=False)
+    web_token: str = field(default_factory=_default("web_token"), repr=False)
     source: str | None = None
     periodic: dict[str, PeriodicEntry] = field(default_factory=dict)
 

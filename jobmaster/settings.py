@@ -682,6 +682,24 @@ _ALL = [
         parse=host,
         env="JOBMASTER_METRICS_HOST",
     ),
+    Setting(
+        name="web_password",
+        default="",
+        help="Password of the web dashboard (`jobmaster web`): required to listen on "
+        "anything but loopback. Never shown.",
+        parse=secret,
+        env="JOBMASTER_WEB_PASSWORD",
+        default_doc="none",
+    ),
+    Setting(
+        name="web_token",
+        default="",
+        help="Token for scripts reaching the web dashboard (`Authorization: Bearer TOKEN`); "
+        "it also opens the login page. Never shown.",
+        parse=secret,
+        env="JOBMASTER_WEB_TOKEN",
+        default_doc="none",
+    ),
 ]
 
 SETTINGS: dict[str, Setting] = {setting.name: setting for setting in _ALL}

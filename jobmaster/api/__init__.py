@@ -17,8 +17,9 @@ or nothing: the producer's default client (``jobmaster.configure``).
 from __future__ import annotations
 
 from jobmaster.api.batches import BatchInfo, BatchSet
+from jobmaster.api.history import Minute, throughput
 from jobmaster.api.info import redis_info
-from jobmaster.api.processes import Process, ProcessSet
+from jobmaster.api.processes import Process, ProcessSet, RunningJob
 from jobmaster.api.queues import Queue
 from jobmaster.api.records import JobRecord, SortedEntry
 from jobmaster.api.sorted_sets import DeadSet, JobSet, NotRunnable, RetrySet, ScheduledSet
@@ -31,14 +32,17 @@ __all__ = [
     "DeadSet",
     "JobRecord",
     "JobSet",
+    "Minute",
     "NotRunnable",
     "Process",
     "ProcessSet",
     "Queue",
     "QueueStats",
     "RetrySet",
+    "RunningJob",
     "ScheduledSet",
     "SortedEntry",
     "Stats",
     "redis_info",
+    "throughput",
 ]

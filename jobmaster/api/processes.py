@@ -17,11 +17,14 @@ child makes it stop gracefully; its master then forks a replacement.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from jobmaster.api.base import Backend, Connection, number, text, texts
+from jobmaster.api.base import Backend, Connection, as_bytes, number, text, texts
+from jobmaster.api.records import JobRecord
+from jobmaster.connection import byte_list
 
 COMMANDS = ("quiet", "resume", "stop")
 CONTROL_TTL = 60  # seconds a command waits for a process that never reads it
@@ -72,6 +75,23 @@ class Process:
             children=[c for c in info.get("children", "").split(",") if c],
             info=info,
         )
+
+    @property
+    def max_child_mb(self) -> float:
+        """A master's memory limit per child (0: none, or an older master that
+        does not say); a child's is its master's."""
+        return number(self.info.get("max_child_mb"))
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job in a live worker process's in-progress list: running, or about to."""
+
+    identity: str  # the worker process that fetched it
+    record: JobRecord
+    # Seconds since it was fetched, read from its "working" status's remaining
+    # TTL (FETCH sets it with status_ttl); None without status tracking.
+    runtime: float | None
 
 
 class ProcessSet:
@@ -137,6 +157,34 @@ class ProcessSet:
         if stale_workers:
             pipe.srem(keys.processes, *stale_workers)
         return sum(int(n) for n in pipe.execute())
+
+    # builtins.list: inside this class, ``list`` is the method above.
+    def running(self, processes: builtins.list[Process] | None = None) -> builtins.list[RunningJob]:
+        """The jobs the live worker processes hold now, longest running first;
+        two round trips. ``processes``: a ``list()`` already read, to reuse."""
+        redis, keys = self.backend.redis, self.backend.keys
+        workers = [p.identity for p in processes or self.list() if p.role != "master"]
+        pipe = redis.pipeline(transaction=False)
+        for identity in workers:
+            pipe.lrange(keys.inprogress(identity), 0, -1)
+        held = [
+            (identity, JobRecord.parse(as_bytes(raw)))
+            for identity, reply in zip(workers, pipe.execute(), strict=True)
+            for raw in byte_list(reply)
+        ]
+        pipe = redis.pipeline(transaction=False)
+        for _, record in held:
+            pipe.get(keys.status(record.jid or "-"))
+            pipe.pttl(keys.status(record.jid or "-"))
+        replies = pipe.execute()
+        found = []
+        for n, (identity, record) in enumerate(held):
+            status, pttl = replies[2 * n], replies[2 * n + 1]
+            runtime = None
+            if self.backend.status_ttl and status is not None and text(status) == "working":
+                runtime = max(0.0, self.backend.status_ttl - int(pttl) / 1000)
+            found.append(RunningJob(identity, record, runtime))
+        return sorted(found, key=lambda job: -(job.runtime or 0.0))
 
     # -- remote control ------------------------------------------------------
     def send(self, identity: str, command: str) -> bool:

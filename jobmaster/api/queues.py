@@ -64,6 +64,13 @@ class Queue:
             start += PAGE
             previous = set(map(as_bytes, page))
 
+    def page(self, start: int, count: int) -> list[JobRecord]:
+        """``count`` jobs from position ``start``, newest first (one LRANGE)."""
+        if count <= 0 or start < 0:
+            return []
+        entries = byte_list(self.backend.redis.lrange(self.key, start, start + count - 1))
+        return [JobRecord.parse(raw) for raw in map(as_bytes, entries)]
+
     def find(self, jid: str) -> JobRecord | None:
         return next((record for record in self if record.jid == jid), None)
 

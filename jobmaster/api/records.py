@@ -78,6 +78,12 @@ class JobRecord:
         return self._str("error_message")
 
     @property
+    def backtrace(self) -> list[str]:
+        """The last lines of the failure's traceback, as the worker kept them."""
+        value = (self.payload or {}).get("error_backtrace")
+        return [str(line) for line in value] if isinstance(value, list) else []
+
+    @property
     def retry_count(self) -> int:
         return int(self._float("retry_count") or 0)
 

@@ -81,6 +81,26 @@ class JobSet:
         """Entries of job ``job`` and/or error class ``error``."""
         return (entry for entry in self if entry.matches(job, error))
 
+    def page(self, start: int, count: int, *, newest_first: bool = False) -> list[SortedEntry]:
+        """``count`` entries from rank ``start``, by score (latest first if
+        ``newest_first``): one ZRANGE, for a dashboard's pages."""
+        if count <= 0 or start < 0:
+            return []
+        reply = self.backend.redis.zrange(
+            self.key, start, start + count - 1, desc=newest_first, withscores=True
+        )
+        return [SortedEntry.from_member(m, s) for m, s in cast(list[tuple[bytes, float]], reply)]
+
+    def search(self, text: str, *, newest_first: bool = False) -> Iterator[SortedEntry]:
+        """Entries whose job name, error class or error message contains ``text``
+        (any case). Reads the whole set: fine for a dead set's 10,000 entries."""
+        needle = text.casefold()
+        entries = reversed(list(self)) if newest_first else iter(self)
+        for entry in entries:
+            fields = (entry.job, entry.error_class, entry.error_message)
+            if any(needle in field.casefold() for field in fields if field):
+                yield entry
+
     def find(self, jid: str) -> SortedEntry | None:
         """The entry of ``jid``, found with ZSCAN (no full read of a big set)."""
         pattern = f"*{glob_escape(jid)}*"

@@ -1,4 +1,4 @@
-"""The operator's commands: stats, ps, ctl, dead|retries|scheduled, queue, batches.
+"""The operator's commands: stats, ps, ctl, dead|retries|scheduled, queue, batches, web.
 
 Built on jobmaster.api only. Their modules use cli.py's helpers
 (``config_options``, ``reports_errors``, ``load``), and cli.py adds them to
@@ -18,8 +18,17 @@ def register(main: click.Group) -> None:
     from jobmaster.commands.processes import ctl_group, ps_command
     from jobmaster.commands.sets import GROUPS
     from jobmaster.commands.stats import queue_group, stats_command
+    from jobmaster.commands.web import web_command
 
-    for command in (stats_command, ps_command, ctl_group, *GROUPS, queue_group, batches_group):
+    for command in (
+        stats_command,
+        ps_command,
+        ctl_group,
+        *GROUPS,
+        queue_group,
+        batches_group,
+        web_command,
+    ):
         main.add_command(command)
 
 

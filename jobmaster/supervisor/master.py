@@ -44,6 +44,7 @@ from jobmaster.supervisor.children import (
     Child,
     ChildTable,
 )
+from jobmaster.supervisor.history import HistoryRecorder
 from jobmaster.supervisor.memory import (
     MB,
     MemoryWatch,
@@ -78,6 +79,7 @@ class Master:
         self.ticker = PeriodicTicker(
             self.redis, self.keys, config.periodic.values(), status_ttl=status_ttl
         )
+        self.history = HistoryRecorder(self.redis, self.keys)  # the dashboard's chart
         self.identity = str(Identity())
         self.children = ChildTable()
         self.wanted = config.processes
@@ -162,6 +164,7 @@ class Master:
                 self.talk_to_redis()
                 if not self.stopping:
                     self.ticker.tick(time.time())  # [periodic.NAME] entries due by now
+                    self.history.tick(time.time())  # once a minute: totals for the chart
                     self.check_memory()
                 self.stop_overdue()
                 if not self.stopping:
@@ -600,6 +603,7 @@ class Master:
                 "queues": ",".join(self.config.queue_names),
                 "concurrency": self.config.concurrency,
                 "processes": self.wanted,
+                "max_child_mb": self.memory.limit_mb,  # the dashboard's memory bars
                 "children": ",".join(c.identity for c in self.children),
                 "quiet": int(self.quiet),
                 "started_at": self.started_at,

@@ -1,0 +1,71 @@
+"""``jobmaster web``: serve the dashboard (jobmaster.web) with uvicorn.
+
+It listens on 127.0.0.1 unless told otherwise, and refuses (exit 2, before
+binding anything) to listen on any other address without ``web_password``
+or ``web_token``: an open dashboard can delete every job and stop every
+worker, so it must not be reachable from the network without a password.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from jobmaster.cli import load
+from jobmaster.commands.common import command_options
+from jobmaster.config import Config
+from jobmaster.errors import ConfigError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8321
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine can reach it: 127.0.0.0/8, ::1 or "localhost"."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_exposure(host: str, config: Config) -> None:
+    if not is_loopback(host) and not (config.web_password or config.web_token):
+        raise ConfigError(
+            f"refusing to serve the dashboard on {host} without a password: set web_password "
+            "(or web_token) in the config or JOBMASTER_WEB_PASSWORD in the environment, "
+            f"or listen on {DEFAULT_HOST}"
+        )
+
+
+@click.command(name="web")
+@click.option(
+    "--host",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address to listen on; anything but loopback needs web_password or web_token.",
+)
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@command_options
+def web_command(
+    host: str, port: int, config_file: str | None, redis_url: str | None, debug: bool
+) -> None:
+    """Serve the web dashboard: queues, processes, retries, dead jobs, and actions on them.
+
+    Needs the `web` extra (pip install 'jobmaster[web]'). To mount it inside
+    your own ASGI app instead, see jobmaster.web.create_app.
+    """
+    config = load(config_file, {"redis_url": redis_url})
+    check_exposure(host, config)
+    try:
+        import uvicorn
+
+        from jobmaster.web import create_app
+    except ImportError as error:
+        raise ConfigError(
+            f"the dashboard needs the web extra: pip install 'jobmaster[web]' ({error})"
+        ) from None
+    click.echo(f"jobmaster web: http://{host}:{port}/ on Redis {config.redis_url_masked}")
+    uvicorn.run(create_app(config), host=host, port=port, log_level="warning")

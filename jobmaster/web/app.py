@@ -1,0 +1,73 @@
+"""``create_app``: the dashboard as one Starlette app, to serve or to mount.
+
+Middleware, outermost first: security headers, then the signed session
+cookie (itsdangerous, via Starlette) that carries the login flag and the
+CSRF token. The session key is random per app unless given: restarting the
+dashboard logs everyone out, which is fine for an operator's tool; run
+several dashboard processes behind one address only with a shared
+``session_secret``.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+
+from jobmaster.client import Client
+from jobmaster.config import Config, load_config
+from jobmaster.web.auth import Guard
+from jobmaster.web.dashboard import Dashboard
+from jobmaster.web.headers import SecurityHeaders
+from jobmaster.web.views import batches, jobs, overview, periodic, processes, queues, session, sets
+
+SESSION_COOKIE = "jobmaster_web"
+SESSION_HOURS = 12
+
+
+def create_app(
+    config: Config | None = None,
+    *,
+    client: Client | None = None,
+    session_secret: str | None = None,
+) -> Starlette:
+    """The dashboard for ``config`` (default: ``load_config()``: env and defaults).
+
+    ``config`` gives the Redis (URL, credentials, TLS, Sentinel), the
+    namespace, the dead set's caps and ``web_password``/``web_token``;
+    ``client`` overrides the Redis connection (tests, or an app's own client).
+    """
+    config = config or load_config()
+    board = Dashboard(
+        client=client or Client.from_config(config),
+        config=config,
+        guard=Guard(config.web_password, config.web_token),
+    )
+    routes: list[BaseRoute] = [
+        *overview.ROUTES,
+        *processes.ROUTES,
+        *queues.ROUTES,
+        *sets.ROUTES,
+        *periodic.ROUTES,
+        *batches.ROUTES,
+        *jobs.ROUTES,
+        *session.ROUTES,
+        Mount("/static", app=StaticFiles(packages=[("jobmaster.web", "static")]), name="static"),
+    ]
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(
+            SessionMiddleware,
+            secret_key=session_secret or secrets.token_hex(32),
+            session_cookie=SESSION_COOKIE,
+            max_age=SESSION_HOURS * 3600,
+            same_site="strict",
+        ),
+    ]
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.dashboard = board
+    return app

@@ -1,0 +1,87 @@
+"""Jinja filters: times, durations, sizes, and job arguments shortened for lists.
+
+They return plain text; the templates' autoescape makes it safe, so a job
+argument holding markup is shown as the characters it is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from typing import Any
+
+SHORT = 120  # characters of a job's arguments shown in a list row
+
+
+def when(moment: float | None) -> str:
+    """A unix time in UTC, to the second (the workers count days in UTC too)."""
+    if moment is None:
+        return "-"
+    stamp = datetime.datetime.fromtimestamp(moment, datetime.timezone.utc)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(seconds: float | None) -> str:
+    """``42s``, ``3m 05s``, ``2h 01m``, ``4d 03h``."""
+    if seconds is None:
+        return "-"
+    total = int(abs(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    if total < 10 and abs(seconds) != total:  # short jobs: a tenth of a second matters
+        return f"{abs(seconds):.1f}s"
+    return f"{secs}s"
+
+
+def relative(moment: float | None, now: float | None = None) -> str:
+    """``in 3m 05s`` or ``3m 05s ago``."""
+    if moment is None:
+        return "-"
+    delta = moment - (now or time.time())
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
+
+
+def arguments(args: list[Any], kwargs: dict[str, Any] | None = None) -> str:
+    """A call's arguments as JSON: ``1, "x", key=true``."""
+    parts = [json.dumps(arg, ensure_ascii=False) for arg in args]
+    parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (kwargs or {}).items()]
+    return ", ".join(parts)
+
+
+def record_arguments(record: Any) -> str:
+    """A JobRecord's args and kwargs (garbage: its raw text)."""
+    if record.payload is None:
+        return str(record.text)
+    return arguments(record.args, record.kwargs)
+
+
+def shorten(value: str, limit: int = SHORT) -> str:
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def pretty(value: Any) -> str:
+    """A payload or an argument list, indented, for a job's details."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def megabytes(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} MB"
+
+
+FILTERS = {
+    "when": when,
+    "duration": duration,
+    "relative": relative,
+    "shorten": shorten,
+    "arguments": record_arguments,
+    "pretty": pretty,
+    "mb": megabytes,
+}
