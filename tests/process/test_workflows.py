@@ -198,9 +198,10 @@ def test_a_poison_pill_in_a_batch_is_counted_dead_and_the_batch_completes(
             lambda: sorted(texts(store, "test:callbacks")) == [f"complete:{bid}", f"death:{bid}"],
             timeout=30,
         )
-    except AssertionError:
+    except AssertionError as missing:
         info = BatchSet(client).get(bid)
-        raise AssertionError(f"callbacks {texts(store, 'test:callbacks')}, {info}\n{master.log()}")
+        fired = texts(store, "test:callbacks")
+        raise AssertionError(f"callbacks {fired}, {info}\n{master.log()}") from missing
     info = batch_info(client, bid)
     assert (info.succeeded, info.dead, info.failed, info.pending) == (1, 1, 1, 1)
     [dead] = list(jobmaster.DeadSet(client))
