@@ -15,6 +15,7 @@ from jobmaster.keys import Keys
 from jobmaster.recovery import Recovery
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
+from jobmaster.worker.acks import Acks
 from jobmaster.worker.identity import Identity
 
 DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for graphs
@@ -53,6 +54,11 @@ class WorkerContext:
     keys: Keys
     scripts: Scripts
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Made here, not lazily: the processor threads share one, from their start.
+    acks: Acks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.acks = Acks(self.redis)
 
     @classmethod
     def create(cls, config: Config, identity: Identity | None = None) -> WorkerContext:

@@ -301,9 +301,11 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     resent = False
     while True:
         try:
-            listed = script(
-                keys=[*call_keys, *step_keys],
-                args=[*call_args, "1" if resent else "0", *step_args],
+            # Combined with the FINISH of threads ending jobs now (acks.py).
+            listed = ctx.acks.call(
+                script,
+                [*call_keys, *step_keys],
+                [*call_args, "1" if resent else "0", *step_args],
             )
         except redis.RedisError as error:
             if isinstance(error, redis.ConnectionError | redis.TimeoutError):
