@@ -6,6 +6,7 @@ This is a benchmark, not a test: it asserts nothing and is never run by pytest.
         [--only enqueue,throughput,failover,shutdown] [--jobs 20000] [--enqueue-jobs 5000]
         [--rounds 3] [--failover-wait 60] [--threads 8] [--deadline 600]
         [--skip-install | --fresh] [--cache-dir DIR] [--no-jobmaster] [--no-table]
+        [--jobmaster-log-level info|warning]
 
 Each peer is installed from PyPI into a venv of its own, made with the
 machine's ``python3`` under ``~/.cache/jobmaster-bench/venvs/<peer>`` and
@@ -26,7 +27,8 @@ bench knows jobs ran), ``hold`` records its start (time, pid), runs until a
 stop key or its duration, and records its end. The worker commands:
 
 - jobmaster: ``jobmaster -c jobmaster.toml`` (``processes = 2``,
-  ``concurrency = --threads``, other settings default);
+  ``concurrency = --threads``, ``log_level = --jobmaster-log-level``, other
+  settings default);
 - Dramatiq: ``dramatiq -p 2 -t <--threads> dramatiq_app`` (RedisBroker);
 - Huey: ``huey_consumer -k process -w 2 huey_app.huey`` (RedisHuey);
 - Celery: ``celery -A celery_app worker --pool prefork -c 2 -l INFO``;
@@ -206,12 +208,13 @@ def driver_command(
     ]  # fmt: skip
 
 
-def driver_environment(url: str, run_id: str) -> dict[str, str]:
+def driver_environment(url: str, run_id: str, log_level: str = "info") -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("JOBMASTER_") and k != "REDIS_URL"
     }
     env.pop("PYTHONPATH", None)  # the driver's own directory is its path; nothing of ours
     env.update({"BENCH_REDIS_URL": url, proctree.RUN_MARK: run_id})
+    env["BENCH_JOBMASTER_LOG_LEVEL"] = log_level  # read by adapters.Jobmaster
     return env
 
 
@@ -229,7 +232,7 @@ def run_driver(
         proc = subprocess.Popen(
             command,
             cwd=DRIVER.parent,
-            env=driver_environment(url, run_id),
+            env=driver_environment(url, run_id, args.jobmaster_log_level),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -356,6 +359,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fresh", action="store_true", help="rebuild the peers' venvs")
     parser.add_argument("--skip-install", action="store_true", help="use existing venvs only")
     parser.add_argument("--no-jobmaster", action="store_true")
+    parser.add_argument(
+        "--jobmaster-log-level",
+        default="info",
+        help="jobmaster's log_level: info (its default) logs two lines a job; "
+        "warning logs none, as Dramatiq at its default",
+    )
     parser.add_argument("--no-table", action="store_true", help="JSON on stdout only")
     parser.add_argument(
         "--keep-logs", action="store_true", help="keep the drivers' and workers' logs"

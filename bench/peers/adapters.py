@@ -76,14 +76,19 @@ class Jobmaster(Adapter):
 
         self.app = jobmaster_app
         self.client = jobmaster.configure(url)
-        self.notes = "shutdown_timeout 25 s (the default); TERM is the graceful stop"
+        self.log_level = os.environ.get("BENCH_JOBMASTER_LOG_LEVEL", "info")
+        self.notes = (
+            f"log_level {self.log_level} (info, the default, logs each job's start and end); "
+            "shutdown_timeout 25 s (the default); TERM is the graceful stop"
+        )
 
     def worker_command(self, bin_dir: Path, threads: int, workdir: Path) -> list[str]:
         # The bench/harness.py way: a config file, plus the URL on the command line.
         config = workdir / "jobmaster.toml"
         config.write_text(
             f'redis_url = "{self.url}"\napp = ["jobmaster_app"]\nprocesses = 2\n'
-            f'concurrency = {threads}\nlog_level = "info"\ndata_dir = "{workdir / "data"}"\n'
+            f'concurrency = {threads}\nlog_level = "{self.log_level}"\n'
+            f'data_dir = "{workdir / "data"}"\n'
         )
         return [str(bin_dir / "jobmaster"), "-c", str(config), "--redis-url", self.url]
 

@@ -45,18 +45,20 @@ def clip(text: str | None, width: int = CLIP) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def duration(seconds: float) -> str:
-    """``45s``, ``3m05s``, ``2h03m``, ``4d02h``: two units are enough to read at a glance."""
+def duration(seconds: float, between: str = "") -> str:
+    """``45s``, ``3m05s``, ``2h03m``, ``4d02h``: two units are enough to read at a glance.
+
+    ``between`` goes between the two units (the dashboard writes ``3m 05s``)."""
     whole = max(0, int(seconds))
     days, rest = divmod(whole, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
     if days:
-        return f"{days}d{hours:02d}h"
+        return f"{days}d{between}{hours:02d}h"
     if hours:
-        return f"{hours}h{minutes:02d}m"
+        return f"{hours}h{between}{minutes:02d}m"
     if minutes:
-        return f"{minutes}m{secs:02d}s"
+        return f"{minutes}m{between}{secs:02d}s"
     return f"{secs}s"
 
 

@@ -11,6 +11,8 @@ import json
 import time
 from typing import Any
 
+from jobmaster.commands.output import duration as cli_duration
+
 SHORT = 120  # characters of a job's arguments shown in a list row
 
 
@@ -26,19 +28,9 @@ def duration(seconds: float | None) -> str:
     """``42s``, ``3m 05s``, ``2h 01m``, ``4d 03h``."""
     if seconds is None:
         return "-"
-    total = int(abs(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours:02d}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    if total < 10 and abs(seconds) != total:  # short jobs: a tenth of a second matters
-        return f"{abs(seconds):.1f}s"
-    return f"{secs}s"
+    if abs(seconds) < 10 and abs(seconds) != int(abs(seconds)):
+        return f"{abs(seconds):.1f}s"  # short jobs: a tenth of a second matters
+    return cli_duration(abs(seconds), between=" ")
 
 
 def relative(moment: float | None, now: float | None = None) -> str:
