@@ -132,9 +132,11 @@ def test_a_script_argument_is_shown_as_text(
 ) -> None:
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    Client(connection=store).push({"job": "tests.count", "args": [XSS]})
+    # A queue no worker serves: a worker left running by an earlier test of the
+    # session (same Redis) must not take the job before the page shows it.
+    Client(connection=store).push({"job": "tests.count", "args": [XSS], "queue": "unserved"})
     jid = bury(store, "tests.count", [XSS], error="ValueError")
-    page.goto(dashboard_url + "/queues/default")
+    page.goto(dashboard_url + "/queues/unserved")
     expect(page.locator("code.args").first).to_contain_text("<script>document.title='pwned'")
     page.goto(dashboard_url + f"/jobs/{jid}")
     expect(page.locator("main")).to_contain_text("<img src=x onerror=")
