@@ -34,3 +34,12 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(message or f"condition not met within {timeout}s: {predicate!r}")
         time.sleep(interval)
+
+
+def holds_for(seconds: float, predicate: Callable[[], object], message: str = "") -> None:
+    """Assert ``predicate`` stays truthy for ``seconds``: a negative ("nothing ran
+    twice", "no job was fetched") needs a duration to mean anything."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), message or f"stopped holding within {seconds}s: {predicate!r}"
+        time.sleep(0.02)

@@ -32,7 +32,7 @@ from jobmaster.deadset import DAY, DeadSetLimits
 from jobmaster.keys import Keys
 from jobmaster.worker.process import WorkerProcess
 from tests import jobs
-from tests.helpers import wait_until
+from tests.helpers import holds_for, wait_until
 
 K = Keys()
 StartWorker = Callable[[Config], WorkerProcess]
@@ -56,14 +56,6 @@ def zadd(store: redis.Redis, key: str, payload: dict | bytes, score: float = FAR
     member = payload if isinstance(payload, bytes) else wire.encode(payload)
     store.zadd(key, {member: score})
     return None if isinstance(payload, bytes) else str(payload["jid"])
-
-
-def stays(predicate: Callable[[], bool], seconds: float) -> None:
-    """Assert ``predicate`` holds the whole time (a negative needs a duration)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert predicate()
-        time.sleep(0.02)
 
 
 def done(marker: str) -> bool:
@@ -116,7 +108,7 @@ def test_a_paused_queue_is_not_fetched_until_resumed(
     assert queue.is_paused() and [q.name for q in Queue.all(store)] == ["default"]
     running_worker(make_config())
     lpush(store, job("tests.record", "paused"))
-    stays(lambda: queue.size() == 1 and not done("paused"), 1.0)
+    holds_for(1.0, lambda: queue.size() == 1 and not done("paused"))
     queue.resume()
     assert not queue.is_paused()
     wait_until(lambda: done("paused"), timeout=5, message="the job of a resumed queue ran")

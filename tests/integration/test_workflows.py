@@ -3,7 +3,6 @@ the semantics of each callback, cancel, nesting and statuses."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -16,7 +15,7 @@ from jobmaster.config import Config
 from jobmaster.keys import Keys
 from jobmaster.worker.process import WorkerProcess
 from tests import jobs
-from tests.helpers import wait_until
+from tests.helpers import holds_for, wait_until
 
 K = Keys()
 StartWorker = Callable[[Config], WorkerProcess]
@@ -35,14 +34,6 @@ def texts(values: list[bytes]) -> list[str]:
 
 def callbacks(store: redis.Redis) -> list[str]:
     return texts(store.lrange("test:callbacks", 0, -1))
-
-
-def hold_for(seconds: float, check: Callable[[], bool], message: str) -> None:
-    """A negative needs a duration: ``check`` must stay true for ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert check(), message
-        time.sleep(0.05)
 
 
 def test_a_chain_runs_its_steps_in_order_each_after_the_previous_succeeded(
@@ -78,7 +69,7 @@ def test_a_step_failing_for_good_stops_the_chain_and_runs_both_on_failures(
     )
     wait_until(lambda: callbacks(store) == [f"chain-failed:{cid}"], timeout=10)
     assert store.hget("test:hooks", "failure:2") == b"KeyError"  # the step's own hook
-    hold_for(0.5, lambda: store.llen("test:order") == 2, "a step ran after the failure")
+    holds_for(0.5, lambda: store.llen("test:order") == 2, "a step ran after the failure")
     status = jobmaster.chain_status(cid, client)
     assert status is not None and (status["state"], status["done"]) == ("failed", 1)
     [dead] = list(jobmaster.DeadSet(client))
@@ -108,7 +99,7 @@ def test_a_batch_fires_complete_once_and_success_never_when_jobs_die(
     assert info is not None
     assert (info.total, info.pending, info.succeeded, info.failed, info.dead) == (50, 5, 45, 5, 5)
     assert info.complete and not info.success and info.state == "complete"
-    hold_for(0.5, lambda: len(callbacks(store)) == 2, "a callback fired twice")
+    holds_for(0.5, lambda: len(callbacks(store)) == 2, "a callback fired twice")
 
 
 def test_success_and_complete_fire_once_with_the_batch_id_after_retries(

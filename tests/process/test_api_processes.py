@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import redis
 
 from jobmaster.api import Process, ProcessSet, Queue
 from jobmaster.client import Client
-from tests.helpers import wait_until
+from tests.helpers import holds_for, wait_until
 from tests.process.conftest import JobmasterProcess, wait_for_worker
 
 pytestmark = pytest.mark.process
@@ -68,10 +67,7 @@ def test_lists_the_master_and_its_children_then_quiets_and_resumes_them(
     )
     jid = Client(redis_url).push({"job": "tests.record", "args": ["held"]})
     queue = Queue("default", store)
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:  # a negative needs a duration
-        assert queue.find(str(jid)) is not None, "a quiet child fetched a job"
-        time.sleep(0.05)
+    holds_for(1.0, lambda: queue.find(str(jid)) is not None, "a quiet child fetched a job")
 
     assert processes.resume_all() == 1  # the master only: it passes it on
     wait_until(lambda: store.sismember("test:done", "held"), timeout=5, message="job ran")

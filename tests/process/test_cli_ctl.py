@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from click.testing import CliRunner
 from jobmaster.api import Queue
 from jobmaster.cli import main
 from jobmaster.client import Client
-from tests.helpers import wait_until
+from tests.helpers import holds_for, wait_until
 from tests.process.conftest import ROOT, JobmasterProcess, jobmaster_command
 
 pytestmark = pytest.mark.process
@@ -125,10 +124,8 @@ def test_ps_lists_a_master_and_ctl_quiets_resumes_and_stops_it(
     )
     client = Client(redis_url, namespace=NAMESPACE)
     jid = client.push({"job": "tests.record", "args": ["held"]})
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:  # a negative needs a duration
-        assert Queue("default", client).find(str(jid)) is not None, "a quiet child fetched"
-        time.sleep(0.05)
+    queue = Queue("default", client)
+    holds_for(1.0, lambda: queue.find(str(jid)) is not None, "a quiet child fetched")
     wait_until(
         lambda: all(p["quiet"] for p in operator.processes() if p["role"] == "child"),
         timeout=8,

@@ -17,7 +17,7 @@ import jobmaster
 from jobmaster.api import BatchInfo, BatchSet
 from jobmaster.client import Client
 from tests import jobs
-from tests.helpers import wait_until
+from tests.helpers import holds_for, wait_until
 from tests.process.conftest import JobmasterProcess, wait_for_worker
 
 pytestmark = pytest.mark.process
@@ -27,14 +27,6 @@ Write = Callable[..., Path]
 
 def texts(store: redis.Redis, key: str) -> list[str]:
     return [value.decode() for value in store.lrange(key, 0, -1)]
-
-
-def hold_for(seconds: float, check: Callable[[], bool], message: str) -> None:
-    """A negative needs a duration: ``check`` must stay true for ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert check(), message
-        time.sleep(0.05)
 
 
 def start_master(
@@ -76,7 +68,7 @@ def test_a_chain_step_failing_stops_the_rest(
         client=client,
     )
     wait_until(lambda: texts(store, "test:callbacks") == [f"failed:{cid}"], timeout=20)
-    hold_for(1.0, lambda: texts(store, "test:order") == ["s1", "s2"], "a step ran after s2 failed")
+    holds_for(1.0, lambda: texts(store, "test:order") == ["s1", "s2"], "a step ran after s2 failed")
     status = jobmaster.chain_status(cid, client)
     assert status is not None and (status["state"], status["done"]) == ("failed", 1)
 
@@ -106,7 +98,7 @@ def test_a_batch_of_1000_with_10_failing_fires_on_complete_once_and_on_success_n
         10,
     )
     assert store.hlen("test:member_runs") == 1000
-    hold_for(1.0, lambda: texts(store, "test:callbacks") == [f"complete:{bid}"], "callback again")
+    holds_for(1.0, lambda: texts(store, "test:callbacks") == [f"complete:{bid}"], "callback again")
 
 
 def test_cancel_in_the_middle_skips_the_rest(
@@ -174,7 +166,7 @@ def test_a_batch_completes_with_exact_counts_while_children_are_sigkilled(
     runs = {int(k): int(v) for k, v in store.hgetall("test:member_runs").items()}
     assert sorted(runs) == list(range(600))
     assert sum(runs.values()) - 600 <= kills * 4  # reruns only of jobs killed mid-run
-    hold_for(1.0, lambda: len(texts(store, "test:callbacks")) == 2, "a callback fired twice")
+    holds_for(1.0, lambda: len(texts(store, "test:callbacks")) == 2, "a callback fired twice")
     assert master.popen.poll() is None
 
 
@@ -206,7 +198,7 @@ def test_a_poison_pill_in_a_batch_is_counted_dead_and_the_batch_completes(
     assert (info.succeeded, info.dead, info.failed, info.pending) == (1, 1, 1, 1)
     [dead] = list(jobmaster.DeadSet(client))
     assert dead.job == "tests.kill_self"
-    hold_for(0.5, lambda: len(texts(store, "test:callbacks")) == 2, "a callback fired twice")
+    holds_for(0.5, lambda: len(texts(store, "test:callbacks")) == 2, "a callback fired twice")
 
 
 def test_two_children_finishing_a_batch_together_fire_its_callback_once(
@@ -228,6 +220,6 @@ def test_two_children_finishing_a_batch_together_fire_its_callback_once(
         bids.append(batch.bid)
     start_master(run_jobmaster, write_config, store, concurrency=1)
     wait_until(lambda: store.llen("test:callbacks") >= 600, timeout=60, message="600 callbacks")
-    hold_for(0.5, lambda: store.llen("test:callbacks") == 600, "a callback fired twice")
+    holds_for(0.5, lambda: store.llen("test:callbacks") == 600, "a callback fired twice")
     fired = sorted(texts(store, "test:callbacks"))
     assert fired == sorted([f"complete:{bid}" for bid in bids] + [f"success:{bid}" for bid in bids])
