@@ -33,6 +33,18 @@ class RateLimit(Middleware):
         self.key, self.limit, self.per = key, limit, float(per)
 
     def before_process(self, job: JobContext) -> None:
+        self.admit(job)
+
+    def admit(self, job: JobContext) -> int:
+        """Count this start in the current window and return that window's
+        number, or raise ``Defer`` when the window is full.
+
+        The window is fixed at this moment, not when the job's code starts a
+        little later: anything that checks the limit (a subclass that records
+        admissions, a test) must use the returned number, because a start
+        admitted at the end of one window would otherwise be counted in the
+        next.
+        """
         name = self.key(job.payload) if callable(self.key) else self.key
         now = time.time()
         window = math.floor(now / self.per)
@@ -42,3 +54,4 @@ class RateLimit(Middleware):
         if count > self.limit:
             wait = (window + 1) * self.per - now + random.uniform(0, self.per / 10)
             raise Defer(wait, f"rate limit {name}: {self.limit} per {self.per:g}s")
+        return window
