@@ -244,9 +244,17 @@ class Master:
 
         Children still starting (from an earlier HUP) are already new: only
         ready ones retire, so a second HUP never strands a generation.
+
+        It is also a fresh start for the crash-loop backoff: an empty slot
+        waiting out up to MAX_DELAY (often the very crash the operator has
+        just deployed a fix for) is forked now, and the old children, which
+        retire only once ``wanted`` new ones are ready, don't wait for it.
+        A new child that crashes again backs off from the first delay.
         """
         if self.stopping:
             return
+        self.respawn_at.clear()
+        self.backoff.clear()
         for child in self.children.in_state(RUNNING, QUIET):
             child.state = RETIRING
             child.stop_reason = "replaced (HUP)"

@@ -546,6 +546,30 @@ def test_each_ready_replacement_stops_one_retiring_child(harness: Harness) -> No
     assert len(harness.forks) == 6
 
 
+def test_hup_forks_a_slot_in_crash_backoff_at_once_and_retires_every_old_child(
+    harness: Harness,
+) -> None:
+    """Otherwise the last old child serves on until the empty slot's backoff
+    (up to 30 s) has passed and its new child is ready."""
+    old = harness.start_all()
+    crashed = harness.child(3)
+    harness.die(crashed, killed_by(signal.SIGKILL))  # right after start: in backoff
+    for _ in range(5):  # it kept crashing: the next fork is seconds away
+        harness.master.backoff[3].delay_after_death(0.0)
+    harness.master.respawn_at[3] = time.monotonic() + 30.0
+    harness.master.handle_sighup()
+    harness.master.spawn_missing()
+    new = [c for c in harness.children() if c not in old]
+    assert sorted(c.index for c in new) == [1, 2, 3]  # slot 3 too, without waiting
+    for child in new:
+        harness.ready(child)
+    survivors = [c for c in old if c is not crashed]
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTERM) for c in survivors)
+    assert harness.master.children.in_state(RETIRING) == []
+    harness.die(new[2], killed_by(signal.SIGKILL))  # crashing again right after start
+    assert harness.master.respawn_at[3] - time.monotonic() <= FIRST_DELAY  # from the start
+
+
 def test_hup_while_stopping_is_ignored(harness: Harness) -> None:
     harness.start_all()
     harness.master.begin_stop("SIGTERM")
