@@ -5,18 +5,34 @@ arguments round-tripped through JSON, as a worker would see them).
 ``drain()`` runs, in this process, every job waiting in the default
 client's queues (and, by default, every scheduled one), until none is left.
 Exceptions from jobs propagate, so a failing job fails the test.
+``work()`` runs them as a worker does instead: each outcome recorded by the
+worker's own scripts (retries, dead set, status, hooks), so chains move on
+and batches call back. It is the worker's code, not a copy: what passes
+under ``work()`` passes under ``jobmaster``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections import Counter
 from collections.abc import Iterator
 
 from jobmaster import crypto, registry
 from jobmaster import payload as wire
 from jobmaster.client import Client, default_client
+from jobmaster.config import Config
 from jobmaster.connection import byte_list
 from jobmaster.job import INLINE
+from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.executor import execute
+from jobmaster.worker.fetch import Fetcher
+from jobmaster.worker.identity import Identity
+from jobmaster.worker.outcome import record, run_hook
+from jobmaster.worker.processor import release_until_started
+from jobmaster.worker.wakeup import WorkSignal
+
+WORK_LIMIT = 10_000  # jobs one work() call may run before it calls it a loop
 
 
 @contextlib.contextmanager
@@ -35,10 +51,7 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
     keys, ran = client.keys, 0
     while True:
         if include_scheduled:
-            for zset in (keys.scheduled, keys.retry):
-                for raw in byte_list(client.redis.zrange(zset, 0, -1)):
-                    if client.redis.zrem(zset, raw):
-                        client.push_payloads([wire.decode(raw)])
+            _release_scheduled(client)
         popped = None
         for name in sorted(byte_list(client.redis.smembers(keys.queues))):
             popped = client.redis.rpop(keys.queue(name.decode()))
@@ -53,3 +66,75 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
         args, kwargs = crypto.arguments(payload)  # an encrypt=True job's, opened
         job.func(*args, **kwargs)
         ran += 1
+
+
+def _release_scheduled(client: Client) -> None:
+    """Every scheduled job and retry onto its queue now, due or not."""
+    keys = client.keys
+    for zset in (keys.scheduled, keys.retry):
+        for raw in byte_list(client.redis.zrange(zset, 0, -1)):
+            if client.redis.zrem(zset, raw):
+                client.push_payloads([wire.decode(raw)])
+
+
+def work(
+    config: Config | None = None,
+    *,
+    include_scheduled: bool = True,
+    limit: int = WORK_LIMIT,
+) -> Counter[str]:
+    """Run every waiting job, one at a time in this thread, as a worker would,
+    until none is left; returns how many ended each way (``done``, ``retry``,
+    ``dead``, ``dropped``, ``deferred``, ``skipped``).
+
+    Jobs are fetched and acknowledged by the worker's scripts from every
+    known queue not paused, so their outcomes are kept as in production: a
+    failing job goes to the retry set and, once out of retries, to the dead
+    set; statuses, attempts and counters are written; hooks run; a chain's
+    next step and a batch's callbacks are pushed, and run in turn. With
+    ``include_scheduled`` (the default), scheduled jobs and retries run at
+    once instead of at their time, so a job that always fails ends in the
+    dead set within the call. A job's exception does not propagate: read the
+    outcome (``Counter``), ``client.status(jid)`` or the dead set.
+
+    ``config`` gives the Redis, namespace and settings (status tracking,
+    dead-set limits); without it, the default client's Redis and namespace.
+    Raises RuntimeError after ``limit`` jobs, where jobs keep coming (one
+    that enqueues itself, or is deferred again and again).
+    """
+    client = Client.from_config(config) if config is not None else default_client()
+    if config is None:
+        settings = Config(namespace=client.keys.namespace)
+        settings.track_status = client.status_ttl > 0
+        settings.status_ttl = float(client.status_ttl or settings.status_ttl)
+    else:
+        settings = dataclasses.replace(config)  # its queues are set below, not the caller's
+    ctx = WorkerContext(
+        config=settings,
+        identity=Identity(),
+        redis=client.redis,
+        keys=client.keys,
+        scripts=client.scripts,
+    )
+    ended: Counter[str] = Counter()
+    while ended.total() < limit:
+        if include_scheduled:
+            _release_scheduled(client)
+        # Every queue known now, in name order: a chain step or a callback
+        # may have gone to a queue that did not exist a moment ago.
+        known = byte_list(client.redis.smembers(client.keys.queues))
+        settings.queues, settings.strict = sorted(name.decode() for name in known), True
+        if not settings.queues:
+            return ended
+        fetcher = Fetcher(ctx, WorkSignal())
+        unit = fetcher.fetch()
+        if unit is None:
+            return ended
+        outcome = execute(unit, None, lambda payload: release_until_started(ctx, payload), ctx)
+        if record(ctx, unit.raw, outcome):
+            run_hook(outcome)
+        ended[outcome.kind] += 1
+    raise RuntimeError(
+        f"work(): {limit} jobs run and more keep coming (a job that enqueues itself, "
+        f"or one deferred again and again?): {dict(ended)}"
+    )

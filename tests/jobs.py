@@ -233,6 +233,12 @@ def step_hooked(marker: str) -> None:
     raise KeyError(marker)
 
 
+@jobmaster.job(name="tests.requeues_itself", retry=0)
+def requeues_itself() -> None:
+    """Enqueues itself again every time: a loop that testing.work() must stop."""
+    requeues_itself.enqueue()
+
+
 @jobmaster.job(name="tests.callback", retry=0)
 def callback(kind: str, *, batch_id: str | None = None, chain_id: str | None = None) -> None:
     """A workflow's callback: records which callback of which workflow ran."""

@@ -21,12 +21,25 @@ from jobmaster.worker.loop import OUTAGE_BACKOFF
 from jobmaster.worker.outcome import record, run_hook
 
 if TYPE_CHECKING:
+    from jobmaster.worker.context import WorkerContext
     from jobmaster.worker.fetch import Unit
     from jobmaster.worker.manager import Manager
 
 log = logging.getLogger("jobmaster.worker.processor")
 
 IDLE_WAIT = 60.0  # an idle thread wakes on a notification; this only bounds the wait
+
+
+def release_until_started(ctx: WorkerContext, payload: dict[str, Any]) -> None:
+    """An ``until_started`` unique job frees its lock as it starts (``on_start``
+    of ``execute``)."""
+    lock = payload.get("unique_digest")
+    if payload.get("unique") != UNTIL_STARTED or not isinstance(lock, str):
+        return
+    try:
+        ctx.scripts.unlock(keys=[ctx.keys.unique(lock)], args=[payload["jid"], "release", 0])
+    except redis.RedisError as error:  # it expires on its own (a bounded TTL)
+        log.warning("could not release the unique lock of jid=%s: %s", payload["jid"], error)
 
 
 class Processor(threading.Thread):
@@ -66,16 +79,7 @@ class Processor(threading.Thread):
                 self.process(unit)
 
     def starting(self, payload: dict[str, Any]) -> None:
-        """An ``until_started`` unique job frees its lock as it starts."""
-        lock = payload.get("unique_digest")
-        if payload.get("unique") != UNTIL_STARTED or not isinstance(lock, str):
-            return
-        try:
-            self.ctx.scripts.unlock(
-                keys=[self.ctx.keys.unique(lock)], args=[payload["jid"], "release", 0]
-            )
-        except redis.RedisError as error:  # it expires on its own (a bounded TTL)
-            log.warning("could not release the unique lock of jid=%s: %s", payload["jid"], error)
+        release_until_started(self.ctx, payload)
 
     def process(self, unit: Unit) -> None:
         """Run a fetched job (already in the manager's running table) and record it."""
