@@ -24,6 +24,7 @@ from jobmaster.api.base import PAGE, Backend, Connection, glob_escape
 from jobmaster.api.records import SortedEntry
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import JobmasterError
+from jobmaster.recovery import Recovery
 
 KILLED = "killed by an operator"
 
@@ -130,10 +131,7 @@ class JobSet:
         payload["enqueued_at"] = time.time()
         for field in ("dead_reason", "died_at"):  # no longer dead
             payload.pop(field, None)
-        channel = self.backend.keys.wakeup_channel(queue)
-        return self._transfer(
-            found, payload, self.backend.keys.queue(queue), "back", 0, queue, channel
-        )
+        return self._transfer(found, payload, self.backend.keys.queue(queue), "back", 0, queue)
 
     def retry_where(self, job: str | None = None, error: str | None = None) -> int:
         """Retry every runnable entry matching the filter; returns how many moved."""
@@ -174,34 +172,26 @@ class JobSet:
         where: str,
         score: float,
         queue: str = "",
-        channel: str = "",
         status: str = "queued",
     ) -> bool:
-        """One TRANSFER; for the dead set, with its caps (see deadset.py)."""
-        dead = where == "zset"
-        ttl = self.backend.status_ttl
-        moved = self.backend.scripts.transfer(
-            keys=[
-                self.key,
-                target,
-                self.backend.keys.queues,
-                self.backend.keys.status(str(payload["jid"])),
-            ],
-            args=[
-                "zset",
-                entry.raw,
-                wire.encode(payload),
-                where,
-                score,
-                queue,
-                channel,
-                self.limits.max_jobs if dead else 0,
-                self.limits.cutoff(score) if dead else "-inf",
-                status if ttl else "",
-                ttl or 1,
-            ],
+        """One TRANSFER, the recovery's own (for the dead set, with its caps): a
+        batch or chain job killed into the dead set moves its workflow with it
+        (the batch counts the death, the chain stops), as a worker's would."""
+        backend = self.backend
+        recovery = Recovery(
+            backend.redis, backend.keys, backend.scripts, self.limits, backend.status_ttl
         )
-        return bool(moved)
+        return recovery.transfer(
+            self.key,
+            "zset",
+            entry.raw,
+            payload,
+            target,
+            where,
+            score=score,
+            queue=queue,
+            status=status,
+        )
 
 
 class _Killable(JobSet):

@@ -3,13 +3,15 @@ the semantics of each callback, cancel, nesting and statuses."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
 import jobmaster
-from jobmaster.api import BatchSet
+from jobmaster import testing
+from jobmaster.api import BatchSet, RetrySet
 from jobmaster.client import Client
 from jobmaster.config import Config
 from jobmaster.keys import Keys
@@ -185,3 +187,42 @@ def test_an_empty_batch_is_complete_at_once_and_a_block_that_raises_pushes_nothi
     assert [info.bid for info in BatchSet(client).list()] == [empty.bid]
     status = jobmaster.batch_status(empty.bid, client)
     assert status is not None and status["state"] == "success" and status["total"] == 0
+
+
+def test_an_operator_killing_a_retrying_batch_job_counts_its_death_and_calls_back(
+    make_config: Callable[..., Config], client: Client, store: redis.Redis
+) -> None:
+    """The kill goes through the recovery's transfer: without it the batch's
+    dead count stayed 0 and on_death never fired."""
+    make_config()  # the jobs' store: this test's Redis
+    batch = jobmaster.batch(
+        on_death=jobs.callback.s("death"), on_complete=jobs.callback.s("complete"), client=client
+    )
+    with batch.jobs():
+        jid = jobs.fails.enqueue("k")  # retry=2: its first failure waits in the retry set
+    # Every job has run once: on_complete runs with that first failure.
+    assert testing.work(include_scheduled=False) == Counter(retry=1, done=1)
+    assert RetrySet(client).kill(jid)
+    status = jobmaster.batch_status(batch.bid, client)
+    assert status is not None and status["dead"] == 1
+    assert testing.work(include_scheduled=False) == Counter(done=1)  # on_death
+    assert sorted(callbacks(store)) == [f"complete:{batch.bid}", f"death:{batch.bid}"]
+
+
+def test_an_operator_killing_a_retrying_chain_step_stops_the_chain(
+    make_config: Callable[..., Config], client: Client, store: redis.Redis
+) -> None:
+    make_config()
+    cid = jobmaster.chain(
+        jobs.fails.s("c"),
+        jobs.step.s("never"),
+        on_failure=jobs.callback.s("chain-failed"),
+        client=client,
+    )
+    assert testing.work(include_scheduled=False) == Counter(retry=1)
+    (waiting,) = list(RetrySet(client))
+    assert RetrySet(client).kill(waiting.jid)
+    assert (jobmaster.chain_status(cid, client) or {}).get("state") == "failed"
+    assert testing.work() == Counter(done=1)  # the chain's on_failure, not the next step
+    assert callbacks(store) == [f"chain-failed:{cid}"]
+    assert store.lrange("test:order", 0, -1) == []
