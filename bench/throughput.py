@@ -1,7 +1,7 @@
 """Benchmark: no-op job throughput of ``jobmaster`` with 2 children, and Redis commands per job.
 
     .venv/bin/python bench/throughput.py [--jobs 50000] [--processes 2] [--concurrency 10]
-        [--count-jobs 5000] [--no-status] [--no-table]
+        [--count-jobs 5000] [--no-status] [--log-level warning] [--no-table]
 
 Never run by pytest. What it does:
 
@@ -86,7 +86,7 @@ def run_master(
         processes=args.processes,
         concurrency=args.concurrency,
         track_status=not args.no_status,
-        log_level="warning",
+        log_level=args.log_level,
     )
     master = Master(config, url, tmp / "master.log")
     baseline = processed(conn)
@@ -206,7 +206,8 @@ def print_table(report: dict[str, Any]) -> None:
     print(
         f"\njobmaster {m['jobmaster']}, python {m['python']}, redis {m['redis']}, "
         f"{m['nproc']} CPUs; {c['jobs']:,} no-op jobs, {c['processes']} children x "
-        f"{c['concurrency']} threads, status tracking {'off' if c['no_status'] else 'on'}",
+        f"{c['concurrency']} threads, status tracking {'off' if c['no_status'] else 'on'}, "
+        f"log_level {c['log_level']}",
         file=out,
     )
     rows = [
@@ -239,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--count-jobs", type=int, default=5_000, help="jobs of the MONITOR run")
     parser.add_argument("--no-status", action="store_true", help="track_status = false")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        help="the workers' log_level: warning (no line per job) or info (the default "
+        "setting: a start and an end line per job, written to the master's log file)",
+    )
     parser.add_argument("--no-table", action="store_true")
     args = parser.parse_args(argv)
     exit_on_term()

@@ -153,7 +153,11 @@ def _event(
         return
     if "duration_ms" in fields:
         fields["duration_ms"] = round(fields["duration_ms"], 3)
-    log.log(level, message, *args, extra={**context, "event": event, **fields})
+    # Made here rather than by ``log.log``, which looks up the calling
+    # frame's file and line (a walk of the stack, for fields our formats
+    # never print): the caller of a per-job line is always this function.
+    extra = {**context, "event": event, **fields}
+    log.handle(log.makeRecord(log.name, level, __file__, 0, message, args, None, "_event", extra))
 
 
 def _buried(unit: Unit, reason: str) -> Outcome:
