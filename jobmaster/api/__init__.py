@@ -22,7 +22,14 @@ from jobmaster.api.info import redis_info
 from jobmaster.api.processes import Process, ProcessSet, RunningJob
 from jobmaster.api.queues import Queue
 from jobmaster.api.records import JobRecord, SortedEntry
-from jobmaster.api.sorted_sets import DeadSet, JobSet, NotRunnable, RetrySet, ScheduledSet
+from jobmaster.api.sorted_sets import (
+    DeadSet,
+    JobSet,
+    KillableSet,
+    NotRunnable,
+    RetrySet,
+    ScheduledSet,
+)
 from jobmaster.api.stats import DayStats, QueueStats, Stats
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "DeadSet",
     "JobRecord",
     "JobSet",
+    "KillableSet",
     "Minute",
     "NotRunnable",
     "Process",

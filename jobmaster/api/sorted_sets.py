@@ -194,7 +194,9 @@ class JobSet:
         )
 
 
-class _Killable(JobSet):
+class KillableSet(JobSet):
+    """The scheduled and retry sets: their jobs can also be sent to the dead set."""
+
     def kill(self, entry: SortedEntry | str) -> bool:
         """Move one entry to the dead set now (within its caps), as an operator's
         decision; False if it was no longer here. A garbage entry is buried whole."""
@@ -210,14 +212,18 @@ class _Killable(JobSet):
             return True
         return False
 
+    def kill_where(self, job: str | None = None, error: str | None = None) -> int:
+        """Kill every entry matching the filter (all, without one); returns how many went."""
+        return sum(self.kill(entry) for entry in list(self.filter(job, error)))
 
-class ScheduledSet(_Killable):
+
+class ScheduledSet(KillableSet):
     """Jobs enqueued for later (``enqueue_in``/``enqueue_at``), scored by when due."""
 
     kind = "scheduled"
 
 
-class RetrySet(_Killable):
+class RetrySet(KillableSet):
     """Failed jobs waiting out their backoff, scored by their next attempt."""
 
     kind = "retry"

@@ -1,4 +1,5 @@
-"""``jobmaster dead|retries|scheduled list|show|retry|delete|clear``.
+"""``jobmaster dead|retries|scheduled list|show|retry|delete|clear``, and ``kill``
+for the retry and scheduled sets.
 
 One group per sorted set, built by one factory: the three differ only in
 the API class and in what an entry's time means (when it died, when it is
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
-from jobmaster.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from jobmaster.api import DeadSet, JobSet, KillableSet, RetrySet, ScheduledSet, SortedEntry
 from jobmaster.commands.common import (
     Target,
     command_options,
@@ -246,11 +247,31 @@ def delete_selected(
     return f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}"
 
 
+def kill_selected(
+    kind: SetKind, jobs: JobSet, jid: str | None, job: str | None, error: str | None
+) -> str:
+    if not isinstance(jobs, KillableSet):  # not offered for the dead set
+        raise JobmasterError(f"{kind.title} has no kill")
+    if jid is not None:
+        if not jobs.kill(jid):
+            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+        killed = 1
+    else:
+        killed = jobs.kill_where(job, error)
+    return f"moved {plural(killed, 'entry', 'entries')} of {kind.title} to the dead set"
+
+
 retry_command = selection_command(
     "retry", "Move the selected entries to the end of their queues, to run now.", retry_selected
 )
 delete_command = selection_command(
     "delete", "Delete the selected entries (their jobs will not run).", delete_selected
+)
+kill_command = selection_command(
+    "kill",
+    "Move the selected entries to the dead set now: they will not run unless retried "
+    "from there. A batch counts the death and a chain stops, as if the job had died.",
+    kill_selected,
 )
 
 
@@ -276,10 +297,16 @@ def clear_command(kind: SetKind) -> click.Command:
 
 
 def set_group(kind: SetKind) -> click.Group:
-    """The group of one set: five commands, each closed over ``kind``."""
-    group = click.Group(name=kind.command, help=f"{kind.help} List, show, retry, delete, clear.")
-    for make in (list_command, show_command, retry_command, delete_command, clear_command):
-        group.add_command(make(kind))
+    """The group of one set: its commands, each closed over ``kind``."""
+    makers = [list_command, show_command, retry_command, delete_command]
+    if issubclass(kind.api, KillableSet):
+        makers.append(kill_command)
+    makers.append(clear_command)
+    commands = [make(kind) for make in makers]
+    names = ", ".join(command.name or "" for command in commands)
+    group = click.Group(name=kind.command, help=f"{kind.help} Commands: {names}.")
+    for command in commands:
+        group.add_command(command)
     return group
 
 

@@ -260,6 +260,38 @@ def test_delete_by_jid_job_or_all(cli: Invoke, dead: dict[str, Any], client: Cli
     assert dead_set.size() == 0
 
 
+def test_kill_moves_retries_and_scheduled_jobs_to_the_dead_set(
+    cli: Invoke, client: Client, store: redis.Redis
+) -> None:
+    retrying = [failed_job("tests.fails", "ValueError", f"v{n}") for n in range(2)]
+    retrying.append(failed_job("tests.record", "TimeoutError", "slow"))
+    for entry in retrying:
+        zadd(store, K.retry, entry, FAR)
+    later = client.push({"job": "tests.record", "args": ["later"], "at": FAR})
+    dead_set = DeadSet(client)
+
+    assert cli("retries", "kill", retrying[2]["jid"]).output == (
+        "moved 1 entry of the retry set to the dead set\n"
+    )
+    assert cli("retries", "kill", "--error", "ValueError").output == (
+        "moved 2 entries of the retry set to the dead set\n"
+    )
+    assert cli("scheduled", "kill", "--all").output == (
+        "moved 1 entry of the scheduled set to the dead set\n"
+    )
+    assert store.zcard(K.retry) == 0 and store.zcard(K.scheduled) == 0
+    killed = {entry.jid: entry for entry in dead_set}
+    assert set(killed) == {*(entry["jid"] for entry in retrying), later}
+    assert {entry.dead_reason for entry in killed.values()} == {"killed by an operator"}
+    assert client.status(str(later)) == "dead"
+
+    missing = cli("retries", "kill", retrying[0]["jid"])  # in the dead set already
+    assert missing.exit_code == 1
+    assert missing.output == f"jobmaster: no entry {retrying[0]['jid']!r} in the retry set\n"
+    assert cli("retries", "kill").exit_code == 2  # a selector is needed
+    assert cli("dead", "kill", "--all").exit_code == 2  # the dead set has no kill
+
+
 def test_clear_asks_first_unless_yes(cli: Invoke, dead: dict[str, Any], client: Client) -> None:
     refused = cli("dead", "clear", input="n\n")
     assert refused.exit_code == 1

@@ -102,6 +102,28 @@ def test_dead_actions_retry_one_selected_and_all(client: TestClient, conn: redis
     assert Queue("default", conn).size() == 3
 
 
+def test_retries_and_scheduled_jobs_can_be_killed_the_dead_set_has_no_kill(
+    client: TestClient, conn: redis.Redis
+) -> None:
+    producer = Client(connection=conn)
+    later = [producer.push({"job": "tests.count", "args": [n], "at": 4e9}) for n in range(3)]
+    page = client.get("/scheduled").text
+    assert f'value="kill:{later[0]}"' in page and "Kill selected" in page
+    token = csrf_of(page)
+    client.post("/sets/scheduled/action", data={"one": f"kill:{later[0]}", "csrf_token": token})
+    assert [entry.jid for entry in DeadSet(conn)] == [later[0]]
+    client.post("/sets/scheduled/action?all=1", data={"op": "kill", "csrf_token": token})
+    assert "killed 2 job(s)" in client.get("/scheduled").text
+    assert DeadSet(conn).size() == 3 and conn.zcard(Keys().scheduled) == 0
+
+    dead = client.get("/dead").text
+    assert "kill:" not in dead and "Kill selected" not in dead
+    refused = client.post("/sets/dead/action?all=1", data={"op": "kill", "csrf_token": token})
+    assert refused.status_code == 303
+    assert "unknown action &#39;kill&#39;" in client.get("/dead").text
+    assert DeadSet(conn).size() == 3  # nothing moved
+
+
 def test_search_filters_by_job_and_error(client: TestClient, conn: redis.Redis) -> None:
     bury(conn, "tests.count", [1], error="TimeoutError")
     bury(conn, "tests.record", ["m"], error="KeyError")

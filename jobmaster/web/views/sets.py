@@ -1,5 +1,6 @@
 """``/scheduled``, ``/retries``, ``/dead``: paged, searchable; retry or delete one,
-the selected ones, or all (all that match the search, when there is one).
+the selected ones, or all (all that match the search, when there is one);
+on the first two, kill them too (into the dead set).
 
 One form per page: each row's buttons send ``one=OP:JID``, the buttons under
 the list send ``op`` with the ticked ``jid`` boxes (or ``all``). No JavaScript
@@ -12,7 +13,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from jobmaster.api import JobSet, NotRunnable, SortedEntry
+from jobmaster.api import JobSet, KillableSet, NotRunnable, SortedEntry
 from jobmaster.web.dashboard import SETS, dashboard
 from jobmaster.web.paging import pager
 from jobmaster.web.routing import action, page, render
@@ -55,7 +56,12 @@ def dead(request: Request) -> Response:
     return _listing(request, "dead")
 
 
+VERBS = {"retry": "retried", "delete": "deleted", "kill": "killed"}
+
+
 def _apply(jobs: JobSet, op: str, entry: SortedEntry | str) -> bool:
+    if op == "kill" and isinstance(jobs, KillableSet):
+        return jobs.kill(entry)
     return jobs.retry(entry) if op == "retry" else jobs.delete(entry)
 
 
@@ -76,9 +82,9 @@ def set_action(request: Request, form: FormData) -> tuple[str, str]:
     jobs = dashboard(request).job_set(kind)
     one = str(form.get("one", ""))  # a row's own button: "retry:JID"
     op, _, jid = one.partition(":") if one else (str(form.get("op", "")), "", "")
-    if op not in ("retry", "delete"):
+    if op not in VERBS or (op == "kill" and not isinstance(jobs, KillableSet)):
         return f"unknown action {op!r}", back
-    verb = "retried" if op == "retry" else "deleted"
+    verb = VERBS[op]
     targets: list[SortedEntry | str] = [jid] if jid else _targets(request, jobs, form)
     if op == "retry":  # garbage cannot run: "retry all" leaves it for "delete"
         targets = [t for t in targets if isinstance(t, str) or t.runnable]
