@@ -235,15 +235,27 @@ def retry_selected(
     return line
 
 
+def by_jid_or_filter(
+    kind: SetKind,
+    one: Callable[[str], bool],
+    where: Callable[[str | None, str | None], int],
+    jid: str | None,
+    job: str | None,
+    error: str | None,
+) -> int:
+    """``one(jid)`` (an error if the entry is gone) or ``where(job, error)``;
+    how many entries it acted on."""
+    if jid is None:
+        return where(job, error)
+    if not one(jid):
+        raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+    return 1
+
+
 def delete_selected(
     kind: SetKind, jobs: JobSet, jid: str | None, job: str | None, error: str | None
 ) -> str:
-    if jid is not None:
-        if not jobs.delete(jid):
-            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
-        deleted = 1
-    else:
-        deleted = jobs.delete_where(job, error)
+    deleted = by_jid_or_filter(kind, jobs.delete, jobs.delete_where, jid, job, error)
     return f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}"
 
 
@@ -252,12 +264,7 @@ def kill_selected(
 ) -> str:
     if not isinstance(jobs, KillableSet):  # not offered for the dead set
         raise JobmasterError(f"{kind.title} has no kill")
-    if jid is not None:
-        if not jobs.kill(jid):
-            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
-        killed = 1
-    else:
-        killed = jobs.kill_where(job, error)
+    killed = by_jid_or_filter(kind, jobs.kill, jobs.kill_where, jid, job, error)
     return f"moved {plural(killed, 'entry', 'entries')} of {kind.title} to the dead set"
 
 
