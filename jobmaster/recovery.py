@@ -17,8 +17,8 @@ from typing import Any
 
 import redis
 
+from jobmaster import liveness, registry
 from jobmaster import payload as wire
-from jobmaster import registry
 from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.hooks import ON_FAILURE
@@ -28,6 +28,10 @@ from jobmaster.unique import MODES
 from jobmaster.workflows.steps import finish_step_arguments, step_of
 
 log = logging.getLogger("jobmaster.recovery")
+
+# Read from each heartbeat by the orphan scan: "identity" tells whether the
+# hash exists at all, the rest where and when its process lives (liveness.py).
+HEARTBEAT_FIELDS = ("identity", "locus", "pid", "pid_started")
 
 # Decides, for a decoded payload, whether it goes back to a queue (return the
 # payload to push, possibly changed) or to the dead set (return a reason).
@@ -218,7 +222,8 @@ class Recovery:
             self.redis.srem(self.keys.processes, identity)
 
     def recover_orphans(self, own_identity: str) -> dict[str, RecoveryReport]:
-        """Requeue the lists of every process whose heartbeat has expired."""
+        """Requeue the lists of every process whose heartbeat has expired, or
+        whose process is provably gone from this machine (liveness.py)."""
         reports: dict[str, RecoveryReport] = {}
         for member in byte_list(self.redis.smembers(self.keys.processes)):
             try:
@@ -228,14 +233,29 @@ class Recovery:
                     "ignored a member of %s that is not a worker identity", self.keys.processes
                 )
                 continue
-            if identity == own_identity or self.redis.exists(self.keys.heartbeat(identity)):
+            if identity == own_identity:
                 continue
+            heartbeat = self.keys.heartbeat(identity)
+            found = self.redis.hmget(heartbeat, [*HEARTBEAT_FIELDS])
+            beating = found[0] is not None
+            if beating:
+                fields = {
+                    name: value.decode(errors="replace") if isinstance(value, bytes) else value
+                    for name, value in zip(HEARTBEAT_FIELDS, found, strict=True)
+                    if value is not None
+                }
+                if not liveness.provably_dead(fields):
+                    continue
+                self.redis.delete(heartbeat)  # gone: not listed by ``ps`` any more
             report = self.requeue_all(identity)
             self.forget(identity)
             if report:
                 log.warning(
-                    "recovered jobs of %s, whose heartbeat expired: requeued %d, buried %d",
+                    "recovered jobs of %s, %s: requeued %d, buried %d",
                     identity,
+                    "whose process is gone from this machine"
+                    if beating
+                    else "whose heartbeat expired",
                     len(report.requeued),
                     len(report.buried),
                 )

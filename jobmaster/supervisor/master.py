@@ -152,6 +152,7 @@ class Master:
             self.config.concurrency,
             ",".join(self.config.queues),
         )
+        self.recover_left_behind()
         try:
             self.spawn_missing()
             while not (self.stopping and not self.children):
@@ -539,6 +540,21 @@ class Master:
                     served,
                     delay,
                 )
+
+    def recover_left_behind(self) -> None:
+        """At start: requeue the lists of workers gone from this machine.
+
+        A master that was killed (or crashed) in the moment after one of its
+        children died never requeued that child's list; the child's
+        heartbeat still looks alive for up to heartbeat_ttl. Its process is
+        provably gone (liveness.py), so the restarted master requeues the
+        list before it forks, as the dead master would have done. Other
+        hosts' workers are left to their heartbeats.
+        """
+        try:
+            self.recovery.recover_orphans(self.identity)
+        except redis.RedisError as error:  # the children's own scans will do it
+            log.warning("could not look for jobs left by dead workers: %s", error)
 
     def requeue_pending(self) -> str:
         """Requeue the in-progress lists of dead children; returns a summary."""

@@ -6,7 +6,8 @@ Duties, each on its own period:
 - read our control list (``quiet``, ``resume``, ``stop``) in the same round
   trip, so a remote command is acted on within one beat;
 - every half TTL, requeue the in-progress lists of processes whose
-  heartbeat has expired: a lost host's jobs are not lost with it;
+  heartbeat has expired (a lost host's jobs are not lost with it), or whose
+  process is provably gone from this machine (liveness.py);
 - notice a Redis replaced by an empty one (server_watch.py) and say so;
 - keep our heartbeat alive while Redis is out of memory: the info hash
   cannot be rewritten then (HSET and any MULTI are refused), but EXPIRE is
@@ -24,6 +25,7 @@ from collections.abc import Callable
 
 import redis
 
+from jobmaster import liveness
 from jobmaster.connection import byte_list
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.loop import run_periodically
@@ -58,6 +60,14 @@ class Heartbeat(threading.Thread):
         self.interval = beat_interval(ttl)
         self.orphan_interval = max(1.0, ttl / 2)
         self.started_at = time.time()
+        # Where this process lives, so that another process of this machine can
+        # tell at once that it died (liveness.py); none off Linux.
+        self.locus: dict[str, str | int | float] = {}
+        if liveness.locus():
+            self.locus = {
+                "locus": liveness.locus(),
+                "pid_started": liveness.started_at(ctx.identity.pid),
+            }
         self._next_orphan_scan = 0.0
         self.server = ServerWatch(ctx.redis, ctx.config.redis_url_masked)
 
@@ -76,6 +86,7 @@ class Heartbeat(threading.Thread):
         if ctx.identity.master_pid is not None:
             fields["master_pid"] = ctx.identity.master_pid
             fields["index"] = ctx.identity.index or 0
+        fields.update(self.locus)
         fields.update(self.info())
         key = keys.heartbeat(ctx.name)
         pipe = ctx.redis.pipeline(transaction=True)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import pytest
 import redis
 
+from jobmaster import liveness
 from jobmaster import payload as wire
 from jobmaster.client import Client
 from jobmaster.config import Config
@@ -259,6 +263,38 @@ def test_orphaned_inprogress_list_is_recovered_after_its_heartbeat_expires(
     assert store.llen(K.inprogress(lost)) == 0
     assert not store.sismember(K.processes, lost)
     assert jid
+
+
+@pytest.mark.skipif(not liveness.locus(), reason="needs Linux's /proc")
+def test_a_list_whose_process_is_gone_from_this_machine_is_recovered_before_its_ttl(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    client: Client,
+    store: redis.Redis,
+) -> None:
+    """A dead worker of this machine (its master died before reaping it) is
+    recovered at the first scan; a live one, and one of another machine, wait."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that was ours and is gone
+    owners = {
+        "gone": ("here:1:dead", liveness.locus(), gone.pid, 1.0),
+        "alive": ("here:2:live", liveness.locus(), os.getpid(), liveness.started_at(os.getpid())),
+        "elsewhere": ("there:3:away", "another-boot/1", gone.pid, 1.0),
+    }
+    for marker, (identity, locus, pid, started) in owners.items():
+        client.push({"job": "tests.record", "args": [marker]})
+        store.sadd(K.processes, identity)
+        store.lpush(K.inprogress(identity), store.rpop(K.queue("default")))
+        fields = {"identity": identity, "locus": locus, "pid": pid, "pid_started": started}
+        store.hset(K.heartbeat(identity), mapping=fields)
+        store.expire(K.heartbeat(identity), 600)  # would look alive for 10 minutes
+    running_worker(make_config())
+    wait_until(lambda: store.sismember("test:done", "gone"), timeout=15)
+    assert not store.exists(K.heartbeat("here:1:dead"))  # gone from ``ps`` too
+    assert not store.sismember(K.processes, "here:1:dead")
+    for identity in ("here:2:live", "there:3:away"):
+        assert store.llen(K.inprogress(identity)) == 1, identity
+        assert store.exists(K.heartbeat(identity)), identity
 
 
 def test_heartbeat_describes_the_process(

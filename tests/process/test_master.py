@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import time
@@ -295,6 +296,40 @@ def test_children_of_a_sigkilled_master_stop_and_push_back_their_jobs(
     )
     [payload] = [json.loads(raw) for raw in store.lrange(K.queue("default"), 0, -1)]
     assert payload["jid"] == jid  # pushed back by its child before it left
+
+
+def test_a_child_left_unreaped_by_a_sigkilled_master_is_requeued_by_the_next_master_at_once(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    """The master dies in the moment after its child did, before reaping it:
+    the child's heartbeat looks alive for heartbeat_ttl (60 s), but its
+    process is gone from this machine, so the next master requeues its job
+    before forking."""
+    config = write_config(processes=1, heartbeat_ttl=60)
+    master = run_jobmaster("-c", str(config))
+    [child] = working_children(store, master, 1)
+    jid = Client(redis_url).push({"job": "tests.record", "args": ["stranded", 1]})
+    wait_until(lambda: store.sismember("test:started", "stranded"), timeout=10)
+    os.kill(child, signal.SIGSTOP)  # it cannot notice its master's death
+    master.signal(signal.SIGKILL)
+    master.wait(timeout=10)
+    os.kill(child, signal.SIGKILL)
+    wait_until(
+        lambda: not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie",
+        timeout=10,
+    )
+    assert inprogress_owner(store, jid) == child
+    [beat] = [
+        k for k in store.scan_iter(match=K.heartbeat("*")) if store.hget(k, "pid") == b"%d" % child
+    ]
+    assert store.ttl(beat) > 30  # it still looks alive
+    store.delete("test:started")
+    second = run_jobmaster("-c", str(config))
+    wait_until(lambda: store.sismember("test:started", "stranded"), timeout=10)
+    assert "whose process is gone from this machine: requeued 1" in second.log()
+    wait_until(lambda: store.sismember("test:done", "stranded"), timeout=10)
+    second.signal(signal.SIGTERM)
+    assert second.wait(timeout=15) == 0
 
 
 def test_usr1_logs_each_thread_s_traceback(

@@ -1,0 +1,73 @@
+"""Judging a heartbeat's process dead only when it provably is (liveness.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jobmaster import liveness
+
+pytestmark = pytest.mark.skipif(not liveness.locus(), reason="needs Linux's /proc")
+
+
+def heartbeat(pid: int, started: float | None = None, locus: str | None = None) -> dict[str, str]:
+    return {
+        "locus": liveness.locus() if locus is None else locus,
+        "pid": str(pid),
+        "pid_started": str(liveness.started_at(pid) if started is None else started),
+    }
+
+
+def test_a_live_process_of_this_machine_is_not_dead() -> None:
+    assert not liveness.provably_dead(heartbeat(os.getpid()))
+
+
+def test_a_process_that_exited_and_was_reaped_is_dead() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    fields = heartbeat(child.pid)
+    assert not liveness.provably_dead(fields)
+    child.kill()
+    child.wait()
+    assert liveness.provably_dead(fields)
+
+
+def test_a_zombie_is_dead() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    fields = heartbeat(child.pid)
+    os.kill(child.pid, 9)
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, left unreaped
+    try:
+        assert liveness.provably_dead(fields)
+    finally:
+        child.wait()
+
+
+def test_a_reused_pid_is_another_process_so_the_first_is_dead() -> None:
+    assert liveness.provably_dead(heartbeat(os.getpid(), started=liveness.started_at(1) - 1))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"locus": "another-boot/4026531836", "pid": "999999999", "pid_started": "1.0"},
+        {"pid": "999999999", "pid_started": "1.0"},  # an older heartbeat: no locus
+        {"locus": "", "pid": "999999999", "pid_started": "1.0"},
+        {"pid_started": "1.0"},
+        {"pid": "not a pid", "pid_started": "1.0"},
+    ],
+)
+def test_anything_not_provably_ours_and_gone_counts_as_alive(fields: dict[str, str]) -> None:
+    assert not liveness.provably_dead(fields)
+    ours = {**fields, "locus": liveness.locus()}
+    if "pid" in fields and fields["pid"].isdigit():
+        assert liveness.provably_dead(ours)  # the same, with our locus: judged
+
+
+def test_off_linux_nothing_is_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = heartbeat(os.getpid(), started=1.0)
+    assert liveness.provably_dead(dead)
+    monkeypatch.setattr(liveness, "locus", lambda: "")
+    assert not liveness.provably_dead(dead)
