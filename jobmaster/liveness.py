@@ -9,12 +9,15 @@ taking both) leaves the child's jobs to wait out the TTL.
 
 On the same machine we can do better without guessing: each heartbeat
 carries where its process lives (``locus``: the kernel's boot id and the
-pid namespace) and when it started. A process of *our* locus whose pid is
-gone, a zombie, or a different process (another start time) is dead, and
-its list can be requeued at once. Anything else, including a process on
-another host, in another container's pid namespace (even one that shares
-our hostname, as host-networked containers do) or on a machine without
-/proc, is left to its heartbeat's TTL: never a live worker's jobs requeued.
+pid namespace) and when it and its master started. A process of *our*
+locus whose pid is gone, a zombie, or a different process (another start
+time) is dead. Its list is ours to requeue only if its master is dead too:
+a live master requeues its own dead child's list, and counts the crash
+against each job (poison pills), which a sibling's scan must not pre-empt.
+Anything else, including a process on another host, in another container's
+pid namespace (even one that shares our hostname, as host-networked
+containers do) or on a machine without /proc, is left to its heartbeat's
+TTL: never a live worker's jobs requeued.
 """
 
 from __future__ import annotations
@@ -43,24 +46,38 @@ def locus() -> str:
     return f"{boot}/{namespace}" if boot else ""
 
 
-def started_at(pid: int) -> float:
-    """The process's start time (unix seconds), as the kernel keeps it."""
-    return float(psutil.Process(pid).create_time())
+def started_at(pid: int) -> float | None:
+    """The process's start time (unix seconds), as the kernel keeps it; None
+    if there is no such process."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
 
 
 def provably_dead(heartbeat: Mapping[str, str]) -> bool:
-    """True only if the heartbeat's process ran here (our locus) and is gone.
+    """True only if the heartbeat's process ran here (our locus) and is gone,
+    and so is its master, if it had one.
 
-    ``heartbeat`` holds its ``locus``, ``pid`` and ``pid_started`` fields;
-    one missing (an older version's heartbeat) means "don't know": False.
+    ``heartbeat`` holds its ``locus``, ``pid`` and ``pid_started`` fields,
+    and a child's ``master_pid`` and ``master_started``; one missing (an older
+    version's heartbeat) means "don't know": False.
     """
     here = locus()
     if not here or heartbeat.get("locus") != here:
         return False
     try:
-        pid, started = int(heartbeat["pid"]), float(heartbeat["pid_started"])
+        if not _gone(int(heartbeat["pid"]), float(heartbeat["pid_started"])):
+            return False
+        if "master_pid" not in heartbeat:
+            return True  # a ``jobmaster worker``: nobody else will requeue it
+        return _gone(int(heartbeat["master_pid"]), float(heartbeat["master_started"]))
     except (KeyError, ValueError):
         return False
+
+
+def _gone(pid: int, started: float) -> bool:
+    """The process ``pid`` that started at ``started`` no longer runs."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:

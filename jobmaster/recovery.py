@@ -31,7 +31,7 @@ log = logging.getLogger("jobmaster.recovery")
 
 # Read from each heartbeat by the orphan scan: "identity" tells whether the
 # hash exists at all, the rest where and when its process lives (liveness.py).
-HEARTBEAT_FIELDS = ("identity", "locus", "pid", "pid_started")
+HEARTBEAT_FIELDS = ("identity", "locus", "pid", "pid_started", "master_pid", "master_started")
 
 # Decides, for a decoded payload, whether it goes back to a queue (return the
 # payload to push, possibly changed) or to the dead set (return a reason).

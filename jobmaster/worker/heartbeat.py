@@ -63,11 +63,13 @@ class Heartbeat(threading.Thread):
         # Where this process lives, so that another process of this machine can
         # tell at once that it died (liveness.py); none off Linux.
         self.locus: dict[str, str | int | float] = {}
-        if liveness.locus():
-            self.locus = {
-                "locus": liveness.locus(),
-                "pid_started": liveness.started_at(ctx.identity.pid),
-            }
+        started = liveness.started_at(ctx.identity.pid)
+        if liveness.locus() and started is not None:
+            self.locus = {"locus": liveness.locus(), "pid_started": started}
+            master = ctx.identity.master_pid
+            master_started = liveness.started_at(master) if master is not None else None
+            if master_started is not None:  # else never judged: "don't know"
+                self.locus["master_started"] = master_started
         self._next_orphan_scan = 0.0
         self.server = ServerWatch(ctx.redis, ctx.config.redis_url_masked)
 

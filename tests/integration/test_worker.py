@@ -273,26 +273,30 @@ def test_a_list_whose_process_is_gone_from_this_machine_is_recovered_before_its_
     store: redis.Redis,
 ) -> None:
     """A dead worker of this machine (its master died before reaping it) is
-    recovered at the first scan; a live one, and one of another machine, wait."""
+    recovered at the first scan; a live one, one of another machine and the
+    dead child of a live master (its master requeues it) wait."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid that was ours and is gone
+    here, ours = liveness.locus(), {"master_pid": os.getpid()}
+    ours["master_started"] = liveness.started_at(os.getpid()) or 0.0
     owners = {
-        "gone": ("here:1:dead", liveness.locus(), gone.pid, 1.0),
-        "alive": ("here:2:live", liveness.locus(), os.getpid(), liveness.started_at(os.getpid())),
-        "elsewhere": ("there:3:away", "another-boot/1", gone.pid, 1.0),
+        "gone": ("here:1:dead", here, gone.pid, 1.0, {}),
+        "alive": ("here:2:live", here, os.getpid(), liveness.started_at(os.getpid()), {}),
+        "elsewhere": ("there:3:away", "another-boot/1", gone.pid, 1.0, {}),
+        "its master's": ("here:4:child", here, gone.pid, 1.0, ours),  # a live master's child
     }
-    for marker, (identity, locus, pid, started) in owners.items():
+    for marker, (identity, locus, pid, started, master) in owners.items():
         client.push({"job": "tests.record", "args": [marker]})
         store.sadd(K.processes, identity)
         store.lpush(K.inprogress(identity), store.rpop(K.queue("default")))
         fields = {"identity": identity, "locus": locus, "pid": pid, "pid_started": started}
-        store.hset(K.heartbeat(identity), mapping=fields)
+        store.hset(K.heartbeat(identity), mapping={**fields, **master})
         store.expire(K.heartbeat(identity), 600)  # would look alive for 10 minutes
     running_worker(make_config())
     wait_until(lambda: store.sismember("test:done", "gone"), timeout=15)
     assert not store.exists(K.heartbeat("here:1:dead"))  # gone from ``ps`` too
     assert not store.sismember(K.processes, "here:1:dead")
-    for identity in ("here:2:live", "there:3:away"):
+    for identity in ("here:2:live", "there:3:away", "here:4:child"):
         assert store.llen(K.inprogress(identity)) == 1, identity
         assert store.exists(K.heartbeat(identity)), identity
 

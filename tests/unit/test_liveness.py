@@ -45,6 +45,27 @@ def test_a_zombie_is_dead() -> None:
         child.wait()
 
 
+def gone_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_dead_child_of_a_live_master_is_its_master_s_to_requeue() -> None:
+    """Judged dead, a sibling's scan would requeue it before the master,
+    without counting the crash (poison pills)."""
+    child = heartbeat(gone_pid(), started=1.0)
+    assert liveness.provably_dead(child)
+    alive_master = {
+        "master_pid": str(os.getpid()),
+        "master_started": str(liveness.started_at(os.getpid())),
+    }
+    assert not liveness.provably_dead({**child, **alive_master})
+    dead_master = {"master_pid": str(gone_pid()), "master_started": "1.0"}
+    assert liveness.provably_dead({**child, **dead_master})
+    assert not liveness.provably_dead({**child, "master_pid": dead_master["master_pid"]})
+
+
 def test_a_reused_pid_is_another_process_so_the_first_is_dead() -> None:
     assert liveness.provably_dead(heartbeat(os.getpid(), started=liveness.started_at(1) - 1))
 
