@@ -444,6 +444,7 @@ class Master:
             index,
             [*others, *([wakeup] if wakeup else [])],
             metrics=metrics.sender if metrics is not None else None,
+            quiet=self.quiet,
         )
         child = Child(index, forked.pid, forked.identity, time.monotonic(), forked.ready_fd)
         self.children.add(child)

@@ -45,11 +45,13 @@ def fork_child(
     index: int,
     close_in_child: Iterable[int] = (),
     metrics: socket.socket | None = None,
+    quiet: bool = False,
 ) -> Forked:
     """Fork a child that runs one worker process; returns its pid, identity, ready pipe.
 
     ``metrics`` is the socket the child reports its job counts on (see
-    jobmaster.metrics), when the master serves them.
+    jobmaster.metrics), when the master serves them. ``quiet``: the pool is
+    quiet, so the child starts quiet (it fetches nothing until CONT).
     """
     nonce = secrets.token_hex(4)
     master_pid = os.getpid()
@@ -70,7 +72,7 @@ def fork_child(
         os.close(read_fd)
         for fd in close_in_child:
             _close_quietly(fd)
-        _child_main(config, index, nonce, master_pid, write_fd, previous, metrics)
+        _child_main(config, index, nonce, master_pid, write_fd, previous, metrics, quiet)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     os.close(write_fd)
     os.set_blocking(read_fd, False)
@@ -88,6 +90,7 @@ def _child_main(
     ready_fd: int,
     mask: set[int | signal.Signals],
     metrics: socket.socket | None = None,
+    quiet: bool = False,
 ) -> None:
     code = exitcodes.RUNTIME_FAILURE
     try:
@@ -105,7 +108,13 @@ def _child_main(
 
         identity = Identity(nonce=nonce, master_pid=master_pid, index=index)
         code = serve(
-            config, signals, identity, master_pid=master_pid, ready_fd=ready_fd, metrics=metrics
+            config,
+            signals,
+            identity,
+            master_pid=master_pid,
+            ready_fd=ready_fd,
+            metrics=metrics,
+            quiet=quiet,
         )
     except AppImportError as error:
         log.error("%s", error)

@@ -50,14 +50,20 @@ def serve(
     ready_fd: int | None = None,
     embedded: EmbeddedRedis | None = None,
     metrics: socket.socket | None = None,
+    quiet: bool = False,
 ) -> int:
     """Run one worker process until it is stopped; returns the exit code.
 
     ``ready_fd`` is this child's pipe to the master: ``R`` once it is up (HUP
     and recycling wait for it), ``M`` when it reached max_jobs_per_child.
     ``metrics``: where to report job counts, when the master serves metrics.
+    ``quiet``: forked while the pool is quiet. It starts quiet, before its
+    threads could fetch: the master's TSTP comes only once it is ready, and
+    a job started in between would break the quiet it asked for.
     """
     worker = WorkerProcess(config, identity)
+    if quiet:
+        worker.manager.quiet()
     worker.start()
     steering = Steering(worker, config, master_pid, embedded, ready_fd)
     steering.title("")  # up: no longer "starting", before the master hears we are ready

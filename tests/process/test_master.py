@@ -16,7 +16,7 @@ import redis
 
 from jobmaster.client import Client
 from jobmaster.keys import Keys
-from tests.helpers import wait_until
+from tests.helpers import holds_for, wait_until
 from tests.process.conftest import JobmasterProcess
 
 pytestmark = pytest.mark.process
@@ -330,6 +330,24 @@ def test_a_child_left_unreaped_by_a_sigkilled_master_is_requeued_by_the_next_mas
     wait_until(lambda: store.sismember("test:done", "stranded"), timeout=10)
     second.signal(signal.SIGTERM)
     assert second.wait(timeout=15) == 0
+
+
+def test_a_child_replaced_while_the_pool_is_quiet_starts_no_job_until_resumed(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    master = run_jobmaster("-c", str(write_config(processes=1)))
+    [child] = working_children(store, master, 1)
+    master.signal(signal.SIGTSTP)
+    wait_until(lambda: "quiet: no new jobs will be fetched" in master.log(), timeout=10)
+    Client(redis_url).push_bulk({"job": "tests.record", "args": [[f"q{n}"] for n in range(20)]})
+    psutil.Process(child).kill()
+    [replacement] = working_children(store, master, 1)
+    assert replacement != child
+    holds_for(2.0, lambda: store.scard("test:started") == 0, "a job started while quiet")
+    master.signal(signal.SIGCONT)
+    wait_until(lambda: store.scard("test:done") == 20, timeout=30, message="all 20 ran")
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=15) == 0
 
 
 def test_usr1_logs_each_thread_s_traceback(

@@ -88,6 +88,7 @@ class Harness:
         config.max_crashes = 3
         config.crash_queue = ""
         self.forks: list[tuple[int, list[int]]] = []  # (index, fds closed in the child)
+        self.forked_quiet: list[bool] = []  # told at fork that the pool is quiet
         self.kills: list[tuple[int, int]] = []
         self.killpgs: list[tuple[int, int]] = []
         self.write_ends: dict[int, int] = {}  # pid -> write end of its ready pipe
@@ -105,7 +106,12 @@ class Harness:
 
     # -- the seams -------------------------------------------------------
     def fork_child(
-        self, config: Config, index: int, close_in_child: Any = (), metrics: Any = None
+        self,
+        config: Config,
+        index: int,
+        close_in_child: Any = (),
+        metrics: Any = None,
+        quiet: bool = False,
     ) -> Forked:
         assert config is self.master.config
         pid, self._next_pid = self._next_pid, self._next_pid + 1
@@ -113,6 +119,7 @@ class Harness:
         os.set_blocking(read_end, False)
         self.write_ends[pid] = write_end
         self.forks.append((index, list(close_in_child)))
+        self.forked_quiet.append(quiet)
         return Forked(pid=pid, identity=f"h:{pid}:n", ready_fd=read_end)
 
     def kill(self, pid: int, signum: int) -> None:
@@ -568,6 +575,18 @@ def test_hup_forks_a_slot_in_crash_backoff_at_once_and_retires_every_old_child(
     assert harness.master.children.in_state(RETIRING) == []
     harness.die(new[2], killed_by(signal.SIGKILL))  # crashing again right after start
     assert harness.master.respawn_at[3] - time.monotonic() <= FIRST_DELAY  # from the start
+
+
+def test_a_child_forked_while_the_pool_is_quiet_starts_quiet(harness: Harness) -> None:
+    """The TSTP it gets once ready would come after its threads could fetch."""
+    harness.start_all()
+    harness.master.set_quiet(True)
+    harness.die(long_lived(harness.child(2)), killed_by(signal.SIGKILL))
+    harness.master.spawn_missing()
+    harness.master.set_quiet(False)
+    harness.die(long_lived(harness.child(3)), killed_by(signal.SIGKILL))
+    harness.master.spawn_missing()
+    assert harness.forked_quiet == [False, False, False, True, False]
 
 
 def test_hup_while_stopping_is_ignored(harness: Harness) -> None:
