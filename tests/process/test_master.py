@@ -341,6 +341,7 @@ def test_a_child_replaced_while_the_pool_is_quiet_starts_no_job_until_resumed(
     wait_until(lambda: "quiet: no new jobs will be fetched" in master.log(), timeout=10)
     Client(redis_url).push_bulk({"job": "tests.record", "args": [[f"q{n}"] for n in range(20)]})
     psutil.Process(child).kill()
+    wait_until(lambda: child not in {p.pid for p in child_processes(master)}, timeout=10)
     [replacement] = working_children(store, master, 1)
     assert replacement != child
     holds_for(2.0, lambda: store.scard("test:started") == 0, "a job started while quiet")
