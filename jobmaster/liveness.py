@@ -27,11 +27,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-import psutil
-
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 PID_NAMESPACE = Path("/proc/self/ns/pid")
-START_TOLERANCE = 0.05  # seconds: the same process reads the same start time
+PROC = Path("/proc")
 
 
 @functools.cache
@@ -46,13 +44,29 @@ def locus() -> str:
     return f"{boot}/{namespace}" if boot else ""
 
 
-def started_at(pid: int) -> float | None:
-    """The process's start time (unix seconds), as the kernel keeps it; None
-    if there is no such process."""
+def _stat(pid: int) -> tuple[str, int] | None:
+    """The process's state letter and start time, in clock ticks since boot,
+    from /proc/PID/stat; None if there is no such process.
+
+    Ticks since boot, not a wall-clock time: a clock stepped by NTP moves
+    every wall-clock start time computed from it, and a live process would
+    then look like another one under a reused pid.
+    """
     try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
+        text = (PROC / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
         return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+    try:
+        return fields[0], int(fields[19])  # state, starttime
+    except (IndexError, ValueError):
+        return None
+
+
+def started_at(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; None if unknown."""
+    found = _stat(pid)
+    return found[1] if found is not None else None
 
 
 def provably_dead(heartbeat: Mapping[str, str]) -> bool:
@@ -67,23 +81,30 @@ def provably_dead(heartbeat: Mapping[str, str]) -> bool:
     if not here or heartbeat.get("locus") != here:
         return False
     try:
-        if not _gone(int(heartbeat["pid"]), float(heartbeat["pid_started"])):
+        if not _gone(int(heartbeat["pid"]), int(heartbeat["pid_started"])):
             return False
         if "master_pid" not in heartbeat:
             return True  # a ``jobmaster worker``: nobody else will requeue it
-        return _gone(int(heartbeat["master_pid"]), float(heartbeat["master_started"]))
+        return _gone(int(heartbeat["master_pid"]), int(heartbeat["master_started"]))
     except (KeyError, ValueError):
         return False
 
 
-def _gone(pid: int, started: float) -> bool:
-    """The process ``pid`` that started at ``started`` no longer runs."""
+def _gone(pid: int, started: int) -> bool:
+    """The process ``pid`` that started at ``started`` (ticks) no longer runs:
+    no such pid, a zombie (exited, not yet reaped) or another process.
+
+    Asked of the kernel first: /proc may hide other users' processes
+    (``hidepid``), and a process we cannot see is not a process that died.
+    """
     try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return True  # exited, not yet reaped
-        return abs(process.create_time() - started) > START_TOLERANCE  # pid reused
-    except psutil.NoSuchProcess:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return True
-    except psutil.Error:  # e.g. AccessDenied: alive, as far as we can tell
-        return False
+    except PermissionError:
+        pass  # it exists, as another user
+    found = _stat(pid)
+    if found is None:
+        return False  # there, but unreadable (or gone this instant): don't know
+    state, ticks = found
+    return state == "Z" or ticks != started

@@ -278,12 +278,12 @@ def test_a_list_whose_process_is_gone_from_this_machine_is_recovered_before_its_
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid that was ours and is gone
     here, ours = liveness.locus(), {"master_pid": os.getpid()}
-    ours["master_started"] = liveness.started_at(os.getpid()) or 0.0
+    ours["master_started"] = liveness.started_at(os.getpid()) or 0
     owners = {
-        "gone": ("here:1:dead", here, gone.pid, 1.0, {}),
+        "gone": ("here:1:dead", here, gone.pid, 1, {}),
         "alive": ("here:2:live", here, os.getpid(), liveness.started_at(os.getpid()), {}),
-        "elsewhere": ("there:3:away", "another-boot/1", gone.pid, 1.0, {}),
-        "its master's": ("here:4:child", here, gone.pid, 1.0, ours),  # a live master's child
+        "elsewhere": ("there:3:away", "another-boot/1", gone.pid, 1, {}),
+        "its master's": ("here:4:child", here, gone.pid, 1, ours),  # a live master's child
     }
     for marker, (identity, locus, pid, started, master) in owners.items():
         client.push({"job": "tests.record", "args": [marker]})
