@@ -27,8 +27,13 @@ class Permanent(Exception):
     """Raise from a job to skip its retries: it goes to the dead set at once."""
 
 
-class JobTimeout(Exception):
-    """Raised inside a job's thread when it runs past its ``timeout``."""
+class JobTimeout(BaseException):
+    """Raised inside a job's thread when it runs past its ``timeout``.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: job code's own
+    ``except Exception`` (a retry loop, a "log and carry on") would otherwise
+    swallow it, and the job would run on past its timeout to an end.
+    """
 
 
 class PoisonPill(Exception):

@@ -4,24 +4,53 @@ Each job requeued from a child that died carries ``crash_count``; at
 ``max_crashes`` it goes to the dead set with the reason instead of killing
 children forever. With ``crash_queue`` set it is moved to that queue first
 (served, say, by big-memory workers), and dies only if it crashes there too.
+
+Blame is exact (SPEC §8). The master knows which entries of the dead child's
+list had started (slots.py):
+
+- a job fetched but not started did nothing: requeued as it was;
+- a job that ran alone when its child died is the culprit: counted;
+- jobs that ran side by side share the suspicion, and none is counted: each
+  is requeued as a ``crash_suspect`` and runs alone (running.py) until it
+  ends, so a second death names the one that causes it.
+
+Where nothing says which jobs had started (``started`` is None), every entry
+is counted, as before the slots existed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from jobmaster.recovery import Triage
+from jobmaster.slots import digest
+
+SUSPECT = "crash_suspect"
 
 
-def crash_triage(max_crashes: int, crash_queue: str, cause: str, event: str = "died") -> Triage:
+def crash_triage(
+    max_crashes: int,
+    crash_queue: str,
+    cause: str,
+    event: str = "died",
+    started: Sequence[bytes] | None = None,
+) -> Triage:
     """A triage for ``Recovery.requeue`` of a worker process that ``event`` of ``cause``.
 
     ``event`` is "died", or "was recycled over its memory limit" for a child
     stopped by the memory killer while the job still ran: a job that bloats
     its worker every time ends in the dead set too, instead of cycling.
+    ``started``: digests (slots.digest) of the entries whose code was running.
     """
 
-    def triage(payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    def triage(raw: bytes, payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        if started is not None:
+            if digest(raw) not in started:
+                return payload, None  # not started: not to blame
+            if len(started) > 1:
+                payload[SUSPECT] = True  # ran beside others: runs alone next time
+                return payload, None
         count = _count(payload.get("crash_count")) + 1
         payload["crash_count"] = count
         payload["crash_cause"] = cause

@@ -33,9 +33,10 @@ log = logging.getLogger("jobmaster.recovery")
 # hash exists at all, the rest where and when its process lives (liveness.py).
 HEARTBEAT_FIELDS = ("identity", "locus", "pid", "pid_started", "master_pid", "master_started")
 
-# Decides, for a decoded payload, whether it goes back to a queue (return the
-# payload to push, possibly changed) or to the dead set (return a reason).
-Triage = Callable[[dict[str, Any]], "tuple[dict[str, Any], str | None]"]
+# Decides, for an entry (as listed, and decoded), whether it goes back to a
+# queue (return the payload to push, possibly changed) or to the dead set
+# (return a reason).
+Triage = Callable[[bytes, dict[str, Any]], "tuple[dict[str, Any], str | None]"]
 
 
 @dataclass
@@ -139,7 +140,7 @@ class Recovery:
             fetched_from = (queues or {}).get(raw)
             reason = None
             if triage is not None:
-                payload, reason = triage(payload)  # may move it to another queue
+                payload, reason = triage(raw, payload)  # may move it to another queue
             queue = fetched_from if fetched_from and triage is None else str(payload["queue"])
             if reason is not None:
                 payload.update(dead_reason=reason, died_at=time.time())

@@ -101,12 +101,17 @@ return taken
 # ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON; '' = none),
 # ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
 # (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend),
-# ARGV[15] '1' when re-sent after a lost reply (optional): then do nothing
-#   unless the payload is still listed, since the first call may have run.
+# ARGV[15] '1' when re-sent after a lost reply (optional; see outcome.record).
+# Nothing is written unless the payload is still in the in-progress list: a
+# job pushed back at a stop, recovered from a process presumed dead, or
+# already recorded by the watchdog is in another place (or finished) now,
+# and only the holder of an entry may record its outcome (SPEC §8, "one
+# place at a time"). Recording it anyway left a job both in its queue and
+# in the retry set.
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH_BODY = """
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
-if removed == 0 and ARGV[15] == '1' then return 0 end
+if removed == 0 then return 0 end
 if ARGV[2] ~= '-' then
   redis.call('INCR', KEYS[2])
   redis.call('INCR', KEYS[3])

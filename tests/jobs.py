@@ -264,3 +264,35 @@ def grows_batch(count: int) -> None:
         for number in range(100, 100 + count):
             member.enqueue(number)
     store().rpush("test:order", "grown")
+
+
+@jobmaster.job(name="tests.sleeps_then_fails", retry=3, backoff=60)
+def sleeps_then_fails(marker: str, seconds: float) -> None:
+    """Runs past a stop's deadline, then fails: its late outcome must not be
+    recorded once the stop pushed it back."""
+    store().sadd("test:started", marker)
+    time.sleep(seconds)
+    store().sadd("test:ended", marker)
+    raise RuntimeError(f"{marker} failed late")
+
+
+@jobmaster.job(name="tests.swallows_everything", timeout=1, retry=0)
+def swallows_everything(marker: str, seconds: float) -> None:
+    """A loop that catches ``Exception``, as job code does: a timeout must
+    still end it."""
+    store().sadd("test:started", marker)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except Exception:  # noqa: S112 - swallowing is what this job is for
+            continue
+    store().sadd("test:done", marker)
+
+
+@jobmaster.job(name="tests.kill_self_after", retry=0)
+def kill_self_after(marker: str, seconds: float) -> None:
+    """A poison pill that lets its neighbours start first."""
+    store().hincrby("test:attempts", marker, 1)
+    time.sleep(seconds)
+    os.kill(os.getpid(), 9)

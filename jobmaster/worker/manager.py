@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import redis
@@ -21,85 +21,79 @@ import redis
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
 from jobmaster.recovery import RecoveryReport, Triage
+from jobmaster.slots import StartedSlots
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher, Unit
 from jobmaster.worker.loop import OutageLog
 from jobmaster.worker.processor import Processor
+from jobmaster.worker.running import RunningTable
 from jobmaster.worker.wakeup import WakeupListener, WorkSignal
 from jobmaster.worker.watchdog import Watchdog
 
 log = logging.getLogger("jobmaster.worker.manager")
+
+# Builds the triage of a stop whose running jobs are to blame (a memory
+# recycle), from the digests of the jobs whose code runs (slots.py).
+Blame = Callable[[Sequence[bytes]], Triage]
 
 PUSH_BACK_ATTEMPTS_FOR = 10.0  # seconds spent retrying the push back while Redis is away
 FETCH_SETTLE = 2.0  # seconds halt waits for fetches in flight to land
 
 
 class Manager:
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerContext, slots: StartedSlots | None = None) -> None:
         self.ctx = ctx
         self.signal = WorkSignal()
         self.fetcher = Fetcher(ctx, self.signal)
         self.fetching = threading.Event()
         self.fetching.set()
         self.fetch_outage = OutageLog("fetch")  # shared by the processor threads
-        self._running: dict[bytes, Unit] = {}
-        self.completed = 0  # jobs finished (any outcome), for max_jobs_per_child
+        self.table = RunningTable(self.fetching, ctx.stopping, slots)
         # Stop fetching the moment this many jobs are done (0 = no limit):
         # checked here, as each job ends, so a busy child doesn't overshoot.
         self.max_jobs = 0
         self.watchdog: Watchdog | None = None  # set by the process: job timeouts
-        self._abandoned: set[bytes] = set()  # stuck jobs the watchdog recorded
         self.job_metrics = JobMetrics()  # counts per job, reported to a master serving metrics
-        self._fetches = 0  # fetches in flight (a fetched job is not in _running yet)
-        self._idle = threading.Condition()
+        self._fetches = 0  # fetches in flight (a fetched job is not claimed yet)
+        self._fetch_lock = threading.Condition()
         self.processors = [Processor(i, self) for i in range(ctx.config.concurrency)]
         self.listener = WakeupListener(ctx, self.signal, self.fetcher.names)
 
     # -- bookkeeping, called by processors -------------------------------
-    def started(self, unit: Unit) -> None:
-        with self._idle:
-            self._running[unit.raw] = unit
-
     def finished(self, unit: Unit) -> None:
-        with self._idle:
-            if self._running.pop(unit.raw, None) is None:
-                return  # abandoned earlier: already counted
-            self.completed += 1
-            self._idle.notify_all()
+        if not self.table.finished(unit):
+            return
         if self.max_jobs and self.completed >= self.max_jobs and self.fetching.is_set():
             self.quiet()
 
+    @property
+    def completed(self) -> int:
+        return self.table.completed
+
     @contextmanager
     def fetch_in_flight(self) -> Iterator[None]:
-        """Around a fetch and its give-back: halt waits for it, so that a job
-        fetched as stop began is back on its queue before the process exits."""
-        with self._idle:
+        """Around a fetch and its claim or give-back: halt waits for it, so that a
+        job fetched as stop began is back on its queue before the process exits."""
+        with self._fetch_lock:
             self._fetches += 1
         try:
             yield
         finally:
-            with self._idle:
+            with self._fetch_lock:
                 self._fetches -= 1
-                self._idle.notify_all()
+                self._fetch_lock.notify_all()
 
     def abandon(self, unit: Unit) -> None:
         """A job stuck past its timeout: no longer ours to wait for or to record."""
-        with self._idle:
-            self._abandoned.add(unit.raw)
-        self.finished(unit)
-
-    def abandoned(self, unit: Unit) -> bool:
-        with self._idle:
-            return unit.raw in self._abandoned
+        self.table.abandon(unit)
 
     @property
     def busy(self) -> int:
-        return len(self._running)
+        return self.table.busy
 
     def running(self) -> dict[bytes, Unit]:
-        """A snapshot of the jobs being run now, by their payload as stored."""
-        with self._idle:
-            return dict(self._running)
+        """A snapshot of the jobs claimed now, by their payload as stored."""
+        return self.table.snapshot()
 
     def give_back(self, unit: Unit) -> None:
         """Return a job fetched after quiet/stop began to the front of its queue.
@@ -125,44 +119,41 @@ class Manager:
         return not self.fetching.is_set()
 
     def quiet(self) -> None:
-        if self.fetching.is_set():
+        if self.table.quiet():
             log.info("quiet: no new jobs will be fetched; %d running", self.busy)
-        self.fetching.clear()
         self.signal.notify_all()
 
     def resume(self) -> None:
-        if not self.fetching.is_set() and not self.ctx.stopping.is_set():
+        if self.table.resume():
             log.info("resumed: fetching again")
-            self.fetching.set()
             self.signal.notify_all()
 
     def wait_idle(self, deadline: float, interrupted: Callable[[], bool] = lambda: False) -> bool:
         """Wait until no job runs, the monotonic ``deadline`` passes or ``interrupted()``."""
-        with self._idle:
-            while self._running and not interrupted():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._idle.wait(min(left, 0.1))
-            return not self._running
+        return self.table.wait_idle(deadline, interrupted)
 
-    def halt(self, triage: Triage | None = None) -> RecoveryReport:
+    def halt(self, blame: Blame | None = None) -> RecoveryReport:
         """End the processors and push back everything left in our in-progress list
-        (through ``triage``, when the pushed-back jobs are to blame)."""
-        self.quiet()
-        running = self.running()
+        (through the triage ``blame`` builds from the jobs still running, when
+        those are to blame).
+
+        The jobs still running are taken from their threads first (the table's
+        ``close``): a thread whose job ends after this records nothing, since the
+        job is back on its queue and its next run records it.
+        """
+        running = self.table.close()
+        triage = blame(self.table.started_digests()) if blame is not None else None
+        self.signal.notify_all()
         if running:
             log.warning(
                 "stopping with %d job(s) still running: pushing them back: %s",
                 len(running),
                 ", ".join(sorted(self._jid(raw) for raw in running)),
             )
-        self.ctx.stopping.set()
-        self.signal.notify_all()
-        with self._idle:  # bounded: a fetch is one round trip
+        with self._fetch_lock:  # bounded: a fetch is one round trip
             deadline = time.monotonic() + FETCH_SETTLE
             while self._fetches and time.monotonic() < deadline:
-                self._idle.wait(0.05)
+                self._fetch_lock.wait(0.05)
         queues = {raw: unit.queue for raw, unit in running.items()}
         deadline = time.monotonic() + PUSH_BACK_ATTEMPTS_FOR
         while True:

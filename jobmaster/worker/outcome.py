@@ -223,7 +223,8 @@ def run_hook(outcome: Outcome) -> None:
 
 
 def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
-    """Store the outcome and acknowledge the job; True once Redis has it.
+    """Store the outcome and acknowledge the job; True once Redis has it, False
+    if Redis stayed away, or if the job was no longer ours to record.
 
     The stored payload is encoded once, before the first attempt, so a retry
     after a lost reply writes the same member and cannot duplicate it.
@@ -324,13 +325,29 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
         else:
-            if resent and not listed:
-                log.info(
-                    "outcome %s of jid=%s job=%s was stored by an earlier call, whose reply "
-                    "was lost",
-                    outcome.kind,
-                    outcome.jid,
-                    outcome.job,
-                    extra={"jid": outcome.jid, "job": outcome.job},
-                )
-            return True
+            return _recorded(outcome, listed=bool(listed), resent=resent)
+
+
+def _recorded(outcome: Outcome, *, listed: bool, resent: bool) -> bool:
+    """Whether FINISH stored the outcome (it does nothing once the job is not ours)."""
+    context = {"jid": outcome.jid, "job": outcome.job}
+    if listed:
+        return True
+    if resent:
+        log.info(
+            "outcome %s of jid=%s job=%s was stored by an earlier call, whose reply was lost",
+            outcome.kind,
+            outcome.jid,
+            outcome.job,
+            extra=context,
+        )
+        return True
+    log.warning(
+        "outcome %s of jid=%s job=%s not recorded: the job is no longer in this process's "
+        "in-progress list (pushed back or recovered), so its next run records it",
+        outcome.kind,
+        outcome.jid,
+        outcome.job,
+        extra=context,
+    )
+    return False

@@ -23,11 +23,12 @@ from jobmaster.connection import wait_for_redis, when_reachable
 from jobmaster.errors import JobTimeout
 from jobmaster.job import JobOptions
 from jobmaster.procmem import measure_mb
-from jobmaster.recovery import RecoveryReport, Triage
+from jobmaster.recovery import RecoveryReport
+from jobmaster.slots import StartedSlots
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
 from jobmaster.worker.identity import Identity
-from jobmaster.worker.manager import Manager
+from jobmaster.worker.manager import Blame, Manager
 from jobmaster.worker.outcome import decide_failure, record, run_hook, with_hook
 from jobmaster.worker.poller import ScheduledPoller
 from jobmaster.worker.selfcheck import SelfCheck
@@ -37,10 +38,12 @@ log = logging.getLogger("jobmaster.worker.process")
 
 
 class WorkerProcess:
-    def __init__(self, config: Config, identity: Identity | None = None) -> None:
+    def __init__(
+        self, config: Config, identity: Identity | None = None, slots: StartedSlots | None = None
+    ) -> None:
         crypto.set_keys(config.secret_key)  # opens encrypt=True jobs' arguments
         self.ctx = WorkerContext.create(config, identity)
-        self.manager = Manager(self.ctx)
+        self.manager = Manager(self.ctx, slots)
         self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.background_stop = threading.Event()
         self.heartbeat = Heartbeat(self.ctx, self.info, self.commands.put, self.background_stop)
@@ -102,13 +105,13 @@ class WorkerProcess:
         self,
         timeout: float,
         interrupted: Callable[[], bool] = lambda: False,
-        triage: Triage | None = None,
+        blame: Blame | None = None,
     ) -> RecoveryReport:
         """Graceful stop: quiet, let jobs run up to ``timeout``, push back the rest."""
         self.manager.quiet()
         log.info("stopping: waiting up to %.0fs for %d job(s)", timeout, self.manager.busy)
         self.manager.wait_idle(time.monotonic() + timeout, interrupted)
-        report = self.manager.halt(triage)
+        report = self.manager.halt(blame)
         self.background_stop.set()
         try:
             self.heartbeat.clear()

@@ -1,8 +1,9 @@
 """One processor thread: fetch, run, record the outcome (which acknowledges).
 
 Duties: never die (Redis errors back off, job errors become outcomes); give
-back a job fetched after quiet or stop began instead of starting it; keep
-the manager's table of running jobs current (stop and the self-check read it).
+back a job fetched after quiet or stop began instead of starting it; move
+each job through the running table (running.py): claim, start, end, record
+only while it is still ours, finished.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def release_until_started(ctx: WorkerContext, payload: dict[str, Any]) -> None:
 class Processor(threading.Thread):
     def __init__(self, index: int, manager: Manager) -> None:
         super().__init__(name=f"jobmaster-processor-{index}", daemon=True)
+        self.index = index  # this thread's slot in the started slots
         self.manager = manager
         self.ctx = manager.ctx
 
@@ -66,11 +68,12 @@ class Processor(threading.Thread):
                     failed = True
                 else:
                     failed = False
-                if unit is not None and (not manager.fetching.is_set() or stopping.is_set()):
+                # Claimed atomically with the quiet/stop state (running.py):
+                # else a stop could look at the table between our check and
+                # our claim, push the job back, and we would run it anyway.
+                if unit is not None and not manager.table.claim(unit):
                     manager.give_back(unit)  # fetched as quiet or stop began
                     continue
-                if unit is not None:
-                    manager.started(unit)  # in the running table before halt may look
             if failed:
                 stopping.wait(OUTAGE_BACKOFF)
             elif unit is None:
@@ -82,12 +85,18 @@ class Processor(threading.Thread):
         release_until_started(self.ctx, payload)
 
     def process(self, unit: Unit) -> None:
-        """Run a fetched job (already in the manager's running table) and record it."""
+        """Run a claimed job and record it, if it is still ours to record."""
+        table = self.manager.table
         try:
-            outcome = execute(unit, self.manager.watchdog, self.starting, self.ctx)
-            if not self.manager.abandoned(unit) and record(self.ctx, unit.raw, outcome):
+            if not table.start(unit, self.index):
+                return  # a stop began while it waited for its turn: pushed back
+            try:
+                outcome = execute(unit, self.manager.watchdog, self.starting, self.ctx)
+            finally:
+                table.end(unit, self.index)
+            if table.may_record(unit) and record(self.ctx, unit.raw, outcome):
                 self.manager.job_metrics.observe_outcome(outcome, unit.queue)
-                run_hook(outcome)  # else the watchdog recorded it (and ran it)
+                run_hook(outcome)  # else it was pushed back, or the watchdog recorded it
         except Exception as error:
             # A bug of ours must neither kill this thread nor leave the job to
             # be requeued (and fail the same way) forever: bury it, keep going.

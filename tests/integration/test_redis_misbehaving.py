@@ -220,9 +220,15 @@ def test_a_worker_survives_redis_replaced_by_an_empty_one_and_says_so(
         timeout=5,
         message="heartbeat re-registered",
     )
-    # Job 0's outcome counts too: a first FINISH records it even though its
-    # in-progress entry went with the old server.
-    wait_until(lambda: processed(store) == 21, timeout=10, message="outcomes recorded")
+    # Job 0's in-progress entry went with the old server: nobody holds it, so
+    # its outcome is not recorded (SPEC §8: only the holder of an entry
+    # records it), and the log says so.
+    wait_until(
+        lambda: messages(jobmaster_logs, "not recorded: the job is no longer in"),
+        timeout=10,
+        message="job 0's outcome refused",
+    )
+    wait_until(lambda: processed(store) == 20, timeout=10, message="outcomes recorded")
     warned = messages(jobmaster_logs, "was replaced or emptied")
     assert len(warned) == 1, warned
     assert f"(run_id {old_run_id} -> {new_run_id})" in warned[0]

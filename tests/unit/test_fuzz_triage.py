@@ -30,7 +30,7 @@ MAX_CRASHES = 3
 def test_any_crash_count_is_triaged_never_raised(crash_count: Any, crash_queue: str) -> None:
     triage = crash_triage(MAX_CRASHES, crash_queue, "SIGKILL")
     payload, reason = triage(
-        {"jid": "j", "job": "x", "queue": "default", "crash_count": crash_count}
+        b"", {"jid": "j", "job": "x", "queue": "default", "crash_count": crash_count}
     )
     assert isinstance(payload["crash_count"], int)
     assert reason is None or "SIGKILL" in reason

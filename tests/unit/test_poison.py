@@ -15,17 +15,17 @@ def test_counts_crashes_then_gives_the_dead_reason_at_the_limit() -> None:
     triage = crash_triage(max_crashes=3, crash_queue="", cause="SIGKILL")
     payload = job()
 
-    payload, reason = triage(payload)
+    payload, reason = triage(b"", payload)
     assert reason is None
     assert payload["crash_count"] == 1
     assert payload["crash_cause"] == "SIGKILL"
     assert payload["queue"] == "default"
 
-    payload, reason = triage(payload)
+    payload, reason = triage(b"", payload)
     assert reason is None
     assert payload["crash_count"] == 2
 
-    payload, reason = triage(payload)
+    payload, reason = triage(b"", payload)
     assert reason == "the worker process died while running this job 3 times: SIGKILL"
     assert payload["crash_count"] == 3
     assert payload["queue"] == "default"
@@ -33,25 +33,25 @@ def test_counts_crashes_then_gives_the_dead_reason_at_the_limit() -> None:
 
 def test_the_count_survives_the_wire_as_a_string_or_null() -> None:
     triage = crash_triage(max_crashes=3, crash_queue="", cause="SIGKILL")
-    _, reason = triage(job(crash_count="2"))
+    _, reason = triage(b"", job(crash_count="2"))
     assert reason is not None
-    payload, reason = triage(job(crash_count=None))
+    payload, reason = triage(b"", job(crash_count=None))
     assert (payload["crash_count"], reason) == (1, None)
 
 
 def test_each_crash_records_its_own_cause() -> None:
     payload = job()
-    payload, _ = crash_triage(3, "", "SIGKILL")(payload)
-    payload, reason = crash_triage(3, "", "exit code 1")(payload)
+    payload, _ = crash_triage(3, "", "SIGKILL")(b"", payload)
+    payload, reason = crash_triage(3, "", "exit code 1")(b"", payload)
     assert payload["crash_cause"] == "exit code 1"
     assert reason is None
-    _, reason = crash_triage(3, "", "SIGSEGV")(payload)
+    _, reason = crash_triage(3, "", "SIGSEGV")(b"", payload)
     assert reason == "the worker process died while running this job 3 times: SIGSEGV"
 
 
 def test_max_crashes_one_says_once() -> None:
     triage = crash_triage(max_crashes=1, crash_queue="", cause="exit code 1")
-    payload, reason = triage(job())
+    payload, reason = triage(b"", job())
     assert reason == "the worker process died while running this job once: exit code 1"
     assert payload["crash_count"] == 1
 
@@ -60,9 +60,9 @@ def test_crash_queue_takes_the_job_at_the_limit_with_a_fresh_count() -> None:
     triage = crash_triage(max_crashes=3, crash_queue="big", cause="SIGKILL")
     payload = job()
     for count in (1, 2):
-        payload, reason = triage(payload)
+        payload, reason = triage(b"", payload)
         assert (payload["queue"], payload["crash_count"], reason) == ("default", count, None)
-    payload, reason = triage(payload)
+    payload, reason = triage(b"", payload)
     assert reason is None
     assert payload["queue"] == "big"
     assert payload["crash_count"] == 0
@@ -73,9 +73,9 @@ def test_a_job_crashing_on_the_crash_queue_goes_dead_at_the_limit() -> None:
     triage = crash_triage(max_crashes=3, crash_queue="big", cause="SIGKILL")
     payload = job(queue="big", crash_count=0)
     for count in (1, 2):
-        payload, reason = triage(payload)
+        payload, reason = triage(b"", payload)
         assert (payload["queue"], payload["crash_count"], reason) == ("big", count, None)
-    payload, reason = triage(payload)
+    payload, reason = triage(b"", payload)
     assert reason == "the worker process died while running this job 3 times: SIGKILL"
     assert payload["queue"] == "big"
 
@@ -84,7 +84,7 @@ def test_the_whole_journey_through_the_crash_queue() -> None:
     triage = crash_triage(max_crashes=2, crash_queue="big", cause="SIGKILL")
     payload, reasons = job(), []
     for _ in range(4):
-        payload, reason = triage(payload)
+        payload, reason = triage(b"", payload)
         reasons.append((payload["queue"], reason))
     assert reasons == [
         ("default", None),

@@ -1,0 +1,179 @@
+"""The jobs of one worker process, from fetch to outcome, and who may record them.
+
+One object owns the table and every move of a job through it, under one
+lock, because each of the holes it closes was a check made apart from its
+act:
+
+- claim: a fetched job enters the table only while the process is fetching.
+  ``quiet`` and ``close`` change that state under the same lock, so a
+  thread either claims a job before a stop looks at the table (and the stop
+  waits for it), or finds the process quiet and gives the job back. Checking
+  "fetching?" and then registering left a window in which a stop saw nothing
+  running, pushed the job back, and the thread then ran it.
+- start / end: a job's code runs between them; its thread's slot in the
+  started slots (slots.py) names it meanwhile, so the master blames a crash
+  only on jobs that were running. A crash suspect (``crash_suspect`` in its
+  payload: it was running beside others when a child died) starts only when
+  nothing else runs in this process, and nothing starts beside it: a second
+  crash then names the culprit.
+- may_record: only a job still ours is recorded. ``close`` (a stop pushing
+  back what still runs) and ``abandon`` (the watchdog recorded a stuck job)
+  take jobs away from their threads; such a thread finishes its call and
+  records nothing. FINISH checks the in-progress list too, so a push back
+  racing a record leaves the job in one place whichever lands first.
+- finished: the thread is done with the job (counted for max_jobs_per_child).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from jobmaster.poison import SUSPECT
+from jobmaster.slots import StartedSlots, digest
+from jobmaster.worker.fetch import Unit
+
+SUSPECT_MARK = f'"{SUSPECT}":true'.encode()  # as recovery writes it (payload.encode)
+
+
+def is_suspect(raw: bytes) -> bool:
+    """A job requeued as a crash suspect (poison.py) runs alone.
+
+    A byte search, not a decode, on the hot path: only recovery writes the
+    field, compactly encoded. A false match (the text in a job's arguments)
+    only makes that job run alone once.
+    """
+    return SUSPECT_MARK in raw
+
+
+class RunningTable:
+    def __init__(
+        self,
+        fetching: threading.Event,
+        stopping: threading.Event,
+        slots: StartedSlots | None = None,
+    ) -> None:
+        self.fetching = fetching
+        self.stopping = stopping
+        self.slots = slots
+        self._lock = threading.Condition()
+        self._claimed: dict[bytes, Unit] = {}
+        self._taken: set[bytes] = set()  # claimed, but no longer ours to record
+        self._started: dict[int, bytes] = {}  # thread slot -> payload, job code running
+        self._alone_waiting = 0
+        self._alone_running = False
+        self.completed = 0  # jobs finished (any outcome), for max_jobs_per_child
+
+    # -- fetching state ------------------------------------------------------
+    def quiet(self) -> bool:
+        """Stop claiming; True if the process was fetching until now."""
+        with self._lock:
+            was = self.fetching.is_set()
+            self.fetching.clear()
+            return was
+
+    def resume(self) -> bool:
+        """Claim again (not once stopping); True if the process was quiet."""
+        with self._lock:
+            if self.fetching.is_set() or self.stopping.is_set():
+                return False
+            self.fetching.set()
+            return True
+
+    def close(self) -> dict[bytes, Unit]:
+        """A stop: claim nothing more, and take every claimed job from its thread
+        (it is about to be pushed back). Returns those jobs."""
+        with self._lock:
+            self.fetching.clear()
+            self.stopping.set()
+            self._taken.update(self._claimed)
+            self._lock.notify_all()  # threads waiting to start a job give up
+            return dict(self._claimed)
+
+    # -- one job's way -------------------------------------------------------
+    def claim(self, unit: Unit) -> bool:
+        """Hold a fetched job, unless quiet or a stop began (then give it back)."""
+        with self._lock:
+            if not self.fetching.is_set() or self.stopping.is_set():
+                return False
+            self._claimed[unit.raw] = unit
+            return True
+
+    def start(self, unit: Unit, slot: int) -> bool:
+        """Its code is about to run in thread ``slot``; False if a stop began while
+        it waited for its turn (it is not run: the stop pushes it back)."""
+        alone = is_suspect(unit.raw)
+        with self._lock:
+            if alone:
+                self._alone_waiting += 1
+                try:
+                    while (self._started or self._alone_running) and not self.stopping.is_set():
+                        self._lock.wait(0.5)
+                finally:
+                    self._alone_waiting -= 1
+            else:
+                while (self._alone_running or self._alone_waiting) and not self.stopping.is_set():
+                    self._lock.wait(0.5)
+            if unit.raw in self._taken:
+                return False
+            self._alone_running = self._alone_running or alone
+            self._started[slot] = unit.raw
+            if self.slots is not None:
+                self.slots.mark(slot, unit.raw)
+            return True
+
+    def end(self, unit: Unit, slot: int) -> None:
+        """Its code returned (or raised): a crash from now on is not its doing."""
+        with self._lock:
+            if self.slots is not None:
+                self.slots.clear(slot)
+            if self._started.pop(slot, None) is not None and is_suspect(unit.raw):
+                self._alone_running = False
+            self._lock.notify_all()
+
+    def may_record(self, unit: Unit) -> bool:
+        with self._lock:
+            return unit.raw in self._claimed and unit.raw not in self._taken
+
+    def abandon(self, unit: Unit) -> None:
+        """The watchdog records a stuck job itself: its thread must not."""
+        with self._lock:
+            if unit.raw in self._claimed:
+                self._taken.add(unit.raw)
+        self.finished(unit)
+
+    def finished(self, unit: Unit) -> bool:
+        """The thread is done with the job; True the first time (it counts)."""
+        with self._lock:
+            if self._claimed.pop(unit.raw, None) is None:
+                return False  # abandoned earlier: already counted
+            self._taken.discard(unit.raw)
+            self.completed += 1
+            self._lock.notify_all()
+            return True
+
+    # -- what others read ----------------------------------------------------
+    @property
+    def busy(self) -> int:
+        return len(self._claimed)
+
+    def snapshot(self) -> dict[bytes, Unit]:
+        with self._lock:
+            return dict(self._claimed)
+
+    def started_digests(self) -> tuple[bytes, ...]:
+        """The jobs whose code runs now, as the started slots name them."""
+        with self._lock:
+            return tuple(digest(raw) for raw in self._started.values())
+
+    def wait_idle(self, deadline: float, interrupted: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until no job is claimed, the monotonic ``deadline`` passes or
+        ``interrupted()``; True if idle."""
+        with self._lock:
+            while self._claimed and not interrupted():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(min(left, 0.1))
+            return not self._claimed
