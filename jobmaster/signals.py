@@ -24,14 +24,17 @@ RESUME = {signal.SIGCONT}
 STOP = {signal.SIGTERM, signal.SIGINT}
 STOP_NOW = {signal.SIGQUIT}  # the master's "second Ctrl-C" to its children
 DUMP = {signal.SIGUSR1}
-RECYCLE = {signal.SIGUSR2}  # the master's "you are over your memory limit" to a child
-CHILD_SIGNALS = QUIET | RESUME | STOP | STOP_NOW | DUMP | RECYCLE
-MASTER_SIGNALS = CHILD_SIGNALS | {
-    signal.SIGHUP,
-    signal.SIGTTIN,
-    signal.SIGTTOU,
-    signal.SIGCHLD,
-}
+# The master's alone. ``systemctl kill``, supervisord, a container runtime or
+# a terminal signal every process at once, and by default HUP and USR2 kill
+# a process and TTIN/TTOU stop it: a child caught them with no handler, and
+# died mid-job (its jobs ran again) or sat stopped, unnoticed. A child
+# catches them and does nothing; the master acts (master-to-child requests,
+# such as a recycle, go through the child's pipe, never a signal). Caught,
+# not ignored: a caught signal is back to its default in a subprocess a job
+# starts, while an ignored one would stay ignored there.
+MASTER_ONLY = {signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR2}
+CHILD_SIGNALS = QUIET | RESUME | STOP | STOP_NOW | DUMP | MASTER_ONLY
+MASTER_SIGNALS = CHILD_SIGNALS | {signal.SIGCHLD}
 
 
 def name(signum: int) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from jobmaster.slots import StartedSlots
+
 STARTING, RUNNING, QUIET, STOPPING, RETIRING = (
     "starting",
     "running",
@@ -26,6 +28,8 @@ class Child:
     identity: str
     started_at: float  # monotonic
     ready_fd: int | None = None
+    requests_fd: int | None = None  # the master's requests to it (pipes.py)
+    slots: StartedSlots | None = None  # the jobs its threads run (slots.py)
     state: str = STARTING
     stop_deadline: float | None = None  # monotonic: SIGKILL after this
     stop_reason: str = ""

@@ -26,6 +26,7 @@ from jobmaster.embedded import EmbeddedRedis
 from jobmaster.keys import Keys
 from jobmaster.metrics.hub import MetricsHub
 from jobmaster.periodic import PeriodicTicker
+from jobmaster.pipes import MAX_JOBS, READY, RECYCLE, STUCK, send_request
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import master_title, set_title
 from jobmaster.recovery import Recovery
@@ -53,7 +54,7 @@ from jobmaster.supervisor.memory import (
     measure_mb,
 )
 from jobmaster.supervisor.sdnotify import Notifier
-from jobmaster.supervisor.spawn import fork_child
+from jobmaster.supervisor.spawn import fork_child, warn_about_threads
 from jobmaster.worker.heartbeat import beat_interval
 from jobmaster.worker.identity import Identity
 from jobmaster.worker.loop import OutageLog
@@ -85,8 +86,9 @@ class Master:
         self.wanted = config.processes
         self.backoff: dict[int, CrashBackoff] = {}
         self.respawn_at: dict[int, float] = {}
-        # Dead children's lists to requeue: (identity, crash cause or None, event).
-        self.pending: list[tuple[str, str | None, str]] = []
+        # Dead children's lists to requeue: (identity, crash cause or None,
+        # event, the digests of the jobs it was running: slots.py).
+        self.pending: list[tuple[str, str | None, str, tuple[bytes, ...] | None]] = []
         self.signals = SignalQueue(MASTER_SIGNALS, wakeup=True)
         self.notifier = Notifier()
         self.quiet = False
@@ -141,6 +143,7 @@ class Master:
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> int:
+        warn_about_threads()  # the app's, before any of ours start
         wait_for_redis(self.redis, self.config.redis_url_masked)  # before any fork
         if self.metrics is not None:
             self.metrics.start()  # a port in use fails here, before any fork
@@ -295,9 +298,12 @@ class Master:
         """Replace a child gracefully: its replacement is forked in this same
         loop pass (it no longer counts as serving), and it stops fetching now.
 
-        Over memory (``memory_cause``) it gets USR2: it finishes its jobs
-        within memory_grace, then stops; jobs it must push back then count a
-        crash, so a job that bloats every time ends in the dead set. A child
+        Over memory (``memory_cause``) it gets a recycle request on its pipe
+        (pipes.py: never a signal, which anyone may send to every process),
+        saying which limit: it finishes its jobs within memory_grace, then
+        stops; jobs it must push back then count a crash (only those it was
+        running: poison.py), so a job that bloats every time ends in the dead
+        set. A child
         at max_jobs_per_child has quieted itself already and stops the same
         way, without blame. ``kind`` labels the restart in the metrics.
         """
@@ -309,7 +315,10 @@ class Master:
         )
         child.memory_cause = memory_cause
         if memory_cause is not None:
-            self.stop_child(child, reason, signal.SIGUSR2, self.config.memory_grace)
+            if send_request(child.requests_fd, RECYCLE, memory_cause):
+                self.expect_stop(child, reason, self.config.memory_grace)
+            else:  # its pipe is gone or full: a plain graceful stop
+                self.stop_child(child, reason)
         else:
             # It stops by itself once idle (or after memory_grace); TERM only
             # if it outlives that.
@@ -372,18 +381,21 @@ class Master:
             child.stop_deadline = min(child.stop_deadline or deadline, deadline)
             self.kill(child, signal.SIGQUIT)
 
-    def stop_child(
-        self, child: Child, reason: str, signum: int = signal.SIGTERM, grace: float = 0.0
-    ) -> None:
-        """Ask a child to go (TERM, or USR2 with ``grace`` for a memory recycle);
-        SIGKILL once ``grace + shutdown_timeout`` and a margin have passed."""
+    def stop_child(self, child: Child, reason: str) -> None:
+        """Ask a child to go (TERM); SIGKILL once ``shutdown_timeout`` and a margin
+        have passed."""
         if child.state == STOPPING:
             return
+        self.expect_stop(child, reason)
+        self.kill(child, signal.SIGTERM)
+
+    def expect_stop(self, child: Child, reason: str, grace: float = 0.0) -> None:
+        """The child is on its way out: its exit is no crash, and it gets SIGKILL
+        once ``grace + shutdown_timeout`` and a margin have passed."""
         child.state = STOPPING
         child.stop_reason = reason
         timeout = grace + self.config.shutdown_timeout + STOP_MARGIN
         child.stop_deadline = time.monotonic() + timeout
-        self.kill(child, signum)
 
     def stop_overdue(self) -> None:
         now = time.monotonic()
@@ -446,7 +458,15 @@ class Master:
             metrics=metrics.sender if metrics is not None else None,
             quiet=self.quiet,
         )
-        child = Child(index, forked.pid, forked.identity, time.monotonic(), forked.ready_fd)
+        child = Child(
+            index,
+            forked.pid,
+            forked.identity,
+            time.monotonic(),
+            forked.ready_fd,
+            forked.requests_fd,
+            forked.slots,
+        )
         self.children.add(child)
         log.info("child %d started (pid %d)", index, forked.pid)
 
@@ -461,12 +481,12 @@ class Master:
         if not data and child.ready_fd is not None:
             os.close(child.ready_fd)
             child.ready_fd = None
-        if b"M" in data:
+        if MAX_JOBS in data:
             limit = self.config.max_jobs_per_child
             self.recycle(child, f"reached max_jobs_per_child ({limit})", kind="max_jobs")
-        if b"T" in data:
+        if STUCK in data:
             self.recycle(child, "has a job stuck past its timeout", kind="timeout")
-        if b"R" not in data or child.state != STARTING:
+        if READY not in data or child.state != STARTING:
             return
         child.ready_at = time.monotonic()
         child.state = QUIET if self.quiet else RUNNING
@@ -496,9 +516,10 @@ class Master:
                 log.debug("reaped process %d: %s", pid, exits.describe(status))
 
     def child_exited(self, child: Child, status: int) -> None:
-        if child.ready_fd is not None:
-            os.close(child.ready_fd)
-            child.ready_fd = None
+        # Which of its jobs were running as it died (the rest it had only
+        # fetched): read now that nothing writes to its slots any more.
+        started = child.slots.started() if child.slots is not None else None
+        self.close_pipes(child)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)  # subprocesses its jobs left behind
         served = time.monotonic() - child.ready_at if child.ready_at is not None else 0.0
@@ -511,13 +532,13 @@ class Master:
             restart = "crash" if crashed else "exit" if unexpected else child.restart_reason
             self.metrics.child_gone(child.pid, restart or None)
         if crashed:
-            self.pending.append((child.identity, cause, "died"))
+            self.pending.append((child.identity, cause, "died", started))
         elif child.memory_cause is not None and os.WIFSIGNALED(status):
             # Killed by us after its grace: what it still ran bloated it.
             event = "was recycled over its memory limit"
-            self.pending.append((child.identity, child.memory_cause, event))
+            self.pending.append((child.identity, child.memory_cause, event, started))
         else:
-            self.pending.append((child.identity, None, ""))
+            self.pending.append((child.identity, None, "", started))
         requeued = self.requeue_pending()
         where, how = f"child {child.index} (pid {child.pid})", exits.describe(status)
         if crashed:
@@ -542,6 +563,17 @@ class Master:
                     delay,
                 )
 
+    @staticmethod
+    def close_pipes(child: Child) -> None:
+        for fd in (child.ready_fd, child.requests_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        child.ready_fd = child.requests_fd = None
+        if child.slots is not None:
+            child.slots.close()
+            child.slots = None
+
     def recover_left_behind(self) -> None:
         """At start: requeue the lists of workers gone from this machine.
 
@@ -561,11 +593,11 @@ class Master:
         """Requeue the in-progress lists of dead children; returns a summary."""
         summary: list[str] = []
         while self.pending:
-            identity, cause, event = self.pending[0]
+            identity, cause, event, started = self.pending[0]
             triage = None
             if cause is not None:
                 config = self.config
-                triage = crash_triage(config.max_crashes, config.crash_queue, cause, event)
+                triage = crash_triage(config.max_crashes, config.crash_queue, cause, event, started)
             try:
                 report = self.recovery.requeue_all(identity, triage=triage)
                 self.redis.delete(self.keys.heartbeat(identity))

@@ -19,6 +19,7 @@ import secrets
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from jobmaster.config import Config
 from jobmaster.log import set_process_fields
 from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import CHILD_SIGNALS, MASTER_SIGNALS, SignalQueue, reset_in_child
+from jobmaster.slots import StartedSlots
 from jobmaster.worker.identity import Identity
 
 log = logging.getLogger("jobmaster.supervisor.spawn")
@@ -37,7 +39,9 @@ log = logging.getLogger("jobmaster.supervisor.spawn")
 class Forked:
     pid: int
     identity: str
-    ready_fd: int  # read end: the child writes one byte once it is up
+    ready_fd: int  # read end: the child writes one byte once it is up (pipes.py)
+    requests_fd: int  # write end: the master's requests to the child (pipes.py)
+    slots: StartedSlots  # which jobs the child's threads run (slots.py)
 
 
 def fork_child(
@@ -56,30 +60,46 @@ def fork_child(
     nonce = secrets.token_hex(4)
     master_pid = os.getpid()
     read_fd, write_fd = os.pipe()
+    requests_read, requests_write = os.pipe()
+    slots = StartedSlots(config.concurrency)
     # Objects the master made (the preloaded app) move to a generation the
     # garbage collector never scans: else a collection in a child writes to
-    # each of them and copies their pages, undoing what preload shares.
+    # each of them and copies their pages, undoing what preload shares. The
+    # garbage of the moment goes first: frozen, it would be kept in every
+    # child for good.
+    gc.collect()
     gc.freeze()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
     try:
         pid = os.fork()
     except OSError:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        os.close(read_fd)
-        os.close(write_fd)
+        for fd in (read_fd, write_fd, requests_read, requests_write):
+            os.close(fd)
+        slots.close()
         raise
     if pid == 0:  # the child: never returns
         os.close(read_fd)
+        os.close(requests_write)
         for fd in close_in_child:
             _close_quietly(fd)
-        _child_main(config, index, nonce, master_pid, write_fd, previous, metrics, quiet)
+        pipes = (write_fd, requests_read)
+        _child_main(config, index, nonce, master_pid, pipes, previous, slots, metrics, quiet)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     os.close(write_fd)
+    os.close(requests_read)
     os.set_blocking(read_fd, False)
+    os.set_blocking(requests_write, False)  # a request never blocks the master's loop
     with contextlib.suppress(OSError):  # the child does it too: whichever runs first
         os.setpgid(pid, pid)
     identity = Identity(pid=pid, nonce=nonce, master_pid=master_pid, index=index)
-    return Forked(pid=pid, identity=str(identity), ready_fd=read_fd)
+    return Forked(
+        pid=pid,
+        identity=str(identity),
+        ready_fd=read_fd,
+        requests_fd=requests_write,
+        slots=slots,
+    )
 
 
 def _child_main(
@@ -87,8 +107,9 @@ def _child_main(
     index: int,
     nonce: str,
     master_pid: int,
-    ready_fd: int,
+    pipes: tuple[int, int],
     mask: set[int | signal.Signals],
+    slots: StartedSlots,
     metrics: socket.socket | None = None,
     quiet: bool = False,
 ) -> None:
@@ -112,9 +133,11 @@ def _child_main(
             signals,
             identity,
             master_pid=master_pid,
-            ready_fd=ready_fd,
+            ready_fd=pipes[0],
             metrics=metrics,
             quiet=quiet,
+            slots=slots,
+            requests_fd=pipes[1],
         )
     except AppImportError as error:
         log.error("%s", error)
@@ -134,3 +157,18 @@ def _child_main(
 def _close_quietly(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
+
+
+def warn_about_threads() -> None:
+    """Say so when the preloaded app started threads: a fork copies only the
+    thread that forks, so a child has none of them (a metrics exporter, a
+    pool's reaper, an SDK's sender silently do nothing there), and a lock one
+    of them held at fork stays held in the child for good."""
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others:
+        log.warning(
+            "the app started %d thread(s) before fork (%s): children do not have them; "
+            "start them after fork instead (or set preload = false)",
+            len(others),
+            ", ".join(sorted(others)),
+        )

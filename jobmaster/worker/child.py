@@ -9,6 +9,9 @@ processor threads do the work; this thread only listens and steers:
 - a second INT (Ctrl-C twice) or QUIT (the master's "now"): stop at once,
   still pushing jobs back.
 - TSTP / CONT or remote ``quiet`` / ``resume``; USR1: log every thread's stack.
+- HUP, TTIN, TTOU, USR2: nothing (signals.MASTER_ONLY): they reach a child only
+  when something signals every process at once, and only the master acts.
+- the master's requests on its pipe (pipes.py): ``recycle <reason>``.
 - the master gone (our parent pid changed): graceful stop, no orphan workers.
 """
 
@@ -29,11 +32,14 @@ from jobmaster import exitcodes
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.metrics.jobs import Reporter
+from jobmaster.pipes import MAX_JOBS, READY, RECYCLE, STUCK, RequestReader
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import child_title, set_title
-from jobmaster.signals import DUMP, QUIET, RECYCLE, RESUME, STOP, STOP_NOW, SignalQueue
+from jobmaster.signals import DUMP, MASTER_ONLY, QUIET, RESUME, STOP, STOP_NOW, SignalQueue
 from jobmaster.signals import name as signal_name
+from jobmaster.slots import StartedSlots
 from jobmaster.worker.identity import Identity
+from jobmaster.worker.manager import Blame
 from jobmaster.worker.process import WorkerProcess
 
 log = logging.getLogger("jobmaster.worker.child")
@@ -51,6 +57,8 @@ def serve(
     embedded: EmbeddedRedis | None = None,
     metrics: socket.socket | None = None,
     quiet: bool = False,
+    slots: StartedSlots | None = None,
+    requests_fd: int | None = None,
 ) -> int:
     """Run one worker process until it is stopped; returns the exit code.
 
@@ -60,14 +68,17 @@ def serve(
     ``quiet``: forked while the pool is quiet. It starts quiet, before its
     threads could fetch: the master's TSTP comes only once it is ready, and
     a job started in between would break the quiet it asked for.
+    ``slots``: where this child's threads name the jobs they run, for the
+    master to read if it dies (slots.py). ``requests_fd``: the master's
+    requests (pipes.py).
     """
-    worker = WorkerProcess(config, identity)
+    worker = WorkerProcess(config, identity, slots)
     if quiet:
         worker.manager.quiet()
     worker.start()
-    steering = Steering(worker, config, master_pid, embedded, ready_fd)
+    steering = Steering(worker, config, master_pid, embedded, ready_fd, requests_fd)
     steering.title("")  # up: no longer "starting", before the master hears we are ready
-    steering.tell_master(b"R")
+    steering.tell_master(READY)
     manager = worker.manager
     reporter = None
     if metrics is not None:
@@ -87,19 +98,23 @@ def serve(
 
     log.info("%s: graceful stop (shutdown_timeout %.0fs)", reason, config.shutdown_timeout)
     steering.title("stopping")
-    triage = None
-    if reason == RECYCLED:
-        cause = f"max_child_mb {config.max_child_mb} ({config.memory_metric})"
+    blame: Blame | None = None
+    cause = steering.memory_cause
+    if cause is not None and reason == steering.recycle_reason:
+        # Over its memory limit to the end: the jobs still running then are
+        # to blame, as exactly as for a crash (poison.py).
         event = "was recycled over its memory limit"
-        triage = crash_triage(config.max_crashes, config.crash_queue, cause, event)
+        blame = lambda started: crash_triage(  # noqa: E731
+            config.max_crashes, config.crash_queue, cause, event, started
+        )
     timeout = 0 if reason in ("SIGQUIT",) else config.shutdown_timeout
-    worker.stop(timeout, stop_now, triage)
+    worker.stop(timeout, stop_now, blame)
     if reporter is not None:
         reporter.flush()  # after the last job is recorded: a graceful stop loses no count
     return exitcodes.OK
 
 
-RECYCLED = "recycled over its memory limit"
+DUMP_DEBOUNCE = 1.0  # seconds: USR1s closer than this are one request
 
 
 def jittered(limit: int) -> int:
@@ -117,13 +132,16 @@ class Steering:
         master_pid: int | None,
         embedded: EmbeddedRedis | None,
         pipe_fd: int | None = None,
+        requests_fd: int | None = None,
     ) -> None:
         self.worker = worker
         self.config = config
         self.master_pid = master_pid
         self.embedded = embedded
         self.pipe_fd = pipe_fd
+        self.requests = RequestReader(requests_fd)
         self.index = worker.ctx.identity.index
+        self._last_dump = -DUMP_DEBOUNCE
         self._last_title = ""
         # Only a child can be recycled after N jobs: a lone worker has nobody
         # to start its replacement.
@@ -131,9 +149,12 @@ class Steering:
         worker.manager.max_jobs = self.max_jobs
         self.asked_for_replacement = False
         # Set when this child is being recycled: finish running jobs (at most
-        # memory_grace), then stop for ``recycle_reason``.
+        # memory_grace), then stop for ``recycle_reason``. ``memory_cause``:
+        # the limit it is over (the master's request says which), when the
+        # jobs still running at the end are to blame.
         self.recycle_deadline: float | None = None
-        self.recycle_reason = RECYCLED
+        self.recycle_reason = ""
+        self.memory_cause: str | None = None
 
     def on_stuck_job(self) -> None:
         """A thread is lost to a job stuck past its timeout: get replaced (a lone
@@ -144,7 +165,7 @@ class Steering:
             return
         if self.pipe_fd is None or self.recycle_deadline is not None:
             return
-        self.tell_master(b"T")
+        self.tell_master(STUCK)
         self.begin_recycle(f"a job (jid {jid}) is stuck past its timeout")
 
     def begin_recycle(self, reason: str) -> None:
@@ -168,29 +189,33 @@ class Steering:
                 log.warning("could not tell the master %r: %s", message, error)
 
     def step(self, signum: int | None) -> str | None:
-        """Handle what arrived; returns why to stop, or None to go on."""
-        command = self._command()
+        """Handle what arrived; returns why to stop, or None to go on.
+
+        A signal, a remote command and the master's requests that arrive in
+        the same tick are each acted on: a remote stop that came with a TSTP
+        was dropped when one excluded the other.
+        """
         if self.embedded is not None:
             self.embedded.ensure_running()
         manager = self.worker.manager
-        if signum in QUIET or command == "quiet":
+        for verb, reason in self.requests.read():
+            self.on_request(verb, reason)
+        stop = self.on_signal(signum) if signum is not None else None
+        command = self._command()
+        if command == "quiet":
             manager.quiet()
-        elif signum in RESUME or command == "resume":
+        elif command == "resume":
             manager.resume()
-        elif signum in DUMP:
-            dump_threads()
-        elif signum in RECYCLE and self.recycle_deadline is None:
-            self.begin_recycle(RECYCLED)
-        elif signum in STOP or signum in STOP_NOW:
-            return signal_name(signum)
         elif command == "stop":
-            return "remote stop"
+            stop = stop or "remote stop"
+        if stop is not None:
+            return stop
         if self.master_pid is not None and os.getppid() != self.master_pid:
             return f"master (pid {self.master_pid}) is gone"
         self.on_stuck_job()
         if self.max_jobs and not self.asked_for_replacement and manager.completed >= self.max_jobs:
             self.asked_for_replacement = True
-            self.tell_master(b"M")  # the master forks our replacement at once
+            self.tell_master(MAX_JOBS)  # the master forks our replacement at once
             self.begin_recycle(f"reached max_jobs_per_child ({manager.completed} jobs)")
         if self.recycle_deadline is not None and (
             manager.busy == 0 or time.monotonic() >= self.recycle_deadline
@@ -198,6 +223,35 @@ class Steering:
             return self.recycle_reason
         self.title("quiet" if manager.quiet_now else "")
         return None
+
+    def on_signal(self, signum: int) -> str | None:
+        """Act on one signal; its name if it asks to stop."""
+        manager = self.worker.manager
+        if signum in QUIET:
+            manager.quiet()
+        elif signum in RESUME:
+            manager.resume()
+        elif signum in DUMP:
+            # The master forwards USR1, and a USR1 sent to every process
+            # reaches us directly too: one request, one dump.
+            now = time.monotonic()
+            if now - self._last_dump >= DUMP_DEBOUNCE:
+                self._last_dump = now
+                dump_threads()
+        elif signum in MASTER_ONLY:
+            log.info("ignored %s: only the master acts on it", signal_name(signum))
+        elif signum in STOP or signum in STOP_NOW:
+            return signal_name(signum)
+        return None
+
+    def on_request(self, verb: str, reason: str) -> None:
+        """A request from the master on our pipe (pipes.py)."""
+        if verb == RECYCLE:
+            if self.recycle_deadline is None:
+                self.memory_cause = reason or "over its memory limit"
+                self.begin_recycle(f"recycled by the master: {self.memory_cause}")
+        else:
+            log.warning("ignored an unknown request from the master: %r", verb)
 
     def title(self, state: str) -> None:
         manager, config = self.worker.manager, self.config

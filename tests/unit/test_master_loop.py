@@ -20,7 +20,9 @@ import redis
 
 from jobmaster import exitcodes
 from jobmaster.config import Config
+from jobmaster.pipes import RequestReader
 from jobmaster.recovery import RecoveryReport, Triage
+from jobmaster.slots import StartedSlots, digest
 from jobmaster.supervisor import master as master_module
 from jobmaster.supervisor.backoff import FIRST_DELAY
 from jobmaster.supervisor.children import (
@@ -92,6 +94,8 @@ class Harness:
         self.kills: list[tuple[int, int]] = []
         self.killpgs: list[tuple[int, int]] = []
         self.write_ends: dict[int, int] = {}  # pid -> write end of its ready pipe
+        self.request_ends: dict[int, int] = {}  # pid -> read end of its request pipe
+        self.slots: dict[int, StartedSlots] = {}  # pid -> its started slots
         self._next_pid = FIRST_FAKE_PID
         monkeypatch.setattr(master_module, "fork_child", self.fork_child)
         monkeypatch.setattr("jobmaster.supervisor.master.os.kill", self.kill)
@@ -120,7 +124,21 @@ class Harness:
         self.write_ends[pid] = write_end
         self.forks.append((index, list(close_in_child)))
         self.forked_quiet.append(quiet)
-        return Forked(pid=pid, identity=f"h:{pid}:n", ready_fd=read_end)
+        requests_read, requests_write = os.pipe()
+        os.set_blocking(requests_write, False)
+        self.request_ends[pid] = requests_read
+        self.slots[pid] = StartedSlots(config.concurrency)
+        return Forked(
+            pid=pid,
+            identity=f"h:{pid}:n",
+            ready_fd=read_end,
+            requests_fd=requests_write,
+            slots=self.slots[pid],
+        )
+
+    def requests_to(self, child: Child) -> list[tuple[str, str]]:
+        """What the master asked of ``child`` on its request pipe."""
+        return RequestReader(self.request_ends[child.pid]).read()
 
     def kill(self, pid: int, signum: int) -> None:
         assert pid >= FIRST_FAKE_PID, f"a real pid {pid} almost got signal {signum}"
@@ -251,6 +269,7 @@ def test_a_ready_pipe_closed_without_a_byte_leaves_the_child_starting(harness: H
 def test_unexpected_death_requeues_with_crash_triage_and_backs_off(harness: Harness) -> None:
     harness.start_all()
     child = harness.child(2)
+    harness.slots[child.pid].mark(0, b"the job it ran")
     before = time.monotonic()
     harness.die(child, killed_by(signal.SIGKILL))
 
@@ -258,7 +277,7 @@ def test_unexpected_death_requeues_with_crash_triage_and_backs_off(harness: Harn
     identity, triage = harness.recovery.requeued[0]
     assert identity == child.identity
     assert triage is not None
-    payload, reason = triage({"jid": "j", "queue": "default"})
+    payload, reason = triage(b"the job it ran", {"jid": "j", "queue": "default"})
     assert (payload["crash_count"], payload["crash_cause"], reason) == (1, "SIGKILL", None)
     assert harness.recovery.forgotten == [child.identity]
     assert harness.redis.deleted == [harness.master.keys.heartbeat(child.identity)]
@@ -441,10 +460,13 @@ def test_ttou_below_a_slot_in_backoff_does_not_make_the_loop_spin(
 def test_redis_error_keeps_the_dead_childs_list_pending_until_it_works(harness: Harness) -> None:
     harness.start_all()
     child = harness.child(1)
+    harness.slots[child.pid].mark(0, b"the job it ran")
     harness.recovery.failures_to_come = 1
     harness.die(child, killed_by(signal.SIGKILL))
     assert harness.recovery.requeued == []
-    assert harness.master.pending == [(child.identity, "SIGKILL", "died")]
+    assert harness.master.pending == [
+        (child.identity, "SIGKILL", "died", (digest(b"the job it ran"),))
+    ]
     assert harness.recovery.forgotten == []
 
     assert harness.master.requeue_pending() == "1 job(s)"
@@ -452,15 +474,17 @@ def test_redis_error_keeps_the_dead_childs_list_pending_until_it_works(harness: 
     identity, triage = harness.recovery.requeued[0]
     assert identity == child.identity
     assert triage is not None  # still treated as the crash it was
-    assert triage({"jid": "j", "queue": "default"})[0]["crash_cause"] == "SIGKILL"
+    assert (
+        triage(b"the job it ran", {"jid": "j", "queue": "default"})[0]["crash_cause"] == "SIGKILL"
+    )
     assert harness.recovery.forgotten == [child.identity]
 
 
 def test_requeue_pending_keeps_order_and_stops_at_the_first_error(harness: Harness) -> None:
-    harness.master.pending = [("a", None, ""), ("b", "SIGKILL", "died")]
+    harness.master.pending = [("a", None, "", None), ("b", "SIGKILL", "died", None)]
     harness.recovery.failures_to_come = 1
     assert harness.master.requeue_pending() == "nothing yet (Redis unavailable; retrying)"
-    assert harness.master.pending == [("a", None, ""), ("b", "SIGKILL", "died")]
+    assert harness.master.pending == [("a", None, "", None), ("b", "SIGKILL", "died", None)]
     assert harness.master.requeue_pending() == "1 job(s), 1 job(s)"
     assert [identity for identity, _ in harness.recovery.requeued] == ["a", "b"]
     assert harness.recovery.requeued[0][1] is None
@@ -757,7 +781,10 @@ def test_a_child_over_its_limit_three_times_is_recycled_replacement_first(
     assert big.state == RUNNING
     check_memory_now(harness)
     assert big.state == STOPPING and big.memory_cause == "over max_child_mb 150 (uss)"
-    assert harness.signals_to(big) == [signal.SIGUSR2]  # finish jobs, then stop
+    # Asked on its pipe, with the limit it is over; never a signal, which a
+    # platform may send to every process (and a child could not tell apart).
+    assert harness.signals_to(big) == []
+    assert harness.requests_to(big) == [("recycle", "over max_child_mb 150 (uss)")]
     assert big.stop_deadline is not None
     assert big.stop_deadline - time.monotonic() > 30.0 + 10.0  # grace + shutdown_timeout
     harness.master.spawn_missing()
@@ -768,10 +795,11 @@ def test_a_recycled_child_killed_after_its_grace_blames_its_jobs(harness: Harnes
     harness.master.memory.limit_mb = 150
     [child, *_] = harness.start_all()
     harness.master.recycle(child, "uses 200 MB", memory_cause="over max_child_mb 150 (uss)")
+    harness.slots[child.pid].mark(1, b"the bloating job")
     harness.die(child, killed_by(signal.SIGKILL))
     [(identity, triage)] = harness.recovery.requeued
     assert identity == child.identity and triage is not None
-    _, reason = triage({"jid": "j", "crash_count": 2, "queue": "default"})
+    _, reason = triage(b"the bloating job", {"jid": "j", "crash_count": 2, "queue": "default"})
     assert reason == (
         "the worker process was recycled over its memory limit while running this job "
         "3 times: over max_child_mb 150 (uss)"
@@ -798,6 +826,30 @@ def test_the_container_guard_recycles_the_largest_once_at_a_time(
     sizes_for(monkeypatch, {children[0].pid: 300.0, children[1].pid: 350.0, children[2].pid: 260.0})
     check_memory_now(harness)
     assert children[1].state == STOPPING
-    assert harness.signals_to(children[1]) == [signal.SIGUSR2]
+    assert harness.signals_to(children[1]) == []
+    [(verb, reason)] = harness.requests_to(children[1])
+    assert verb == "recycle" and reason == "container memory guard (1000 MB)"
     check_memory_now(harness)  # still over, but one child is already leaving
     assert [c.state for c in (children[0], children[2])] == [RUNNING, RUNNING]
+
+
+def test_a_crash_blames_only_the_jobs_its_child_had_started(harness: Harness) -> None:
+    """Poison pills are exact: fetched-but-not-started jobs are requeued as they
+    were, and jobs that ran side by side become suspects, none counted."""
+    [child, other, *_] = harness.start_all()
+    harness.slots[child.pid].mark(0, b"alone")
+    harness.slots[other.pid].mark(0, b"beside-1")
+    harness.slots[other.pid].mark(2, b"beside-2")
+    harness.die(child, killed_by(signal.SIGKILL))
+    harness.die(other, killed_by(signal.SIGKILL))
+    [(_, alone), (_, beside)] = harness.recovery.requeued
+    assert alone is not None and beside is not None
+
+    culprit, reason = alone(b"alone", {"jid": "a", "queue": "default"})
+    assert culprit["crash_count"] == 1 and reason is None
+    fetched, _ = alone(b"fetched only", {"jid": "f", "queue": "default"})
+    assert "crash_count" not in fetched and "crash_suspect" not in fetched
+
+    suspect, reason = beside(b"beside-1", {"jid": "b", "crash_count": 2, "queue": "default"})
+    assert suspect == {"jid": "b", "crash_count": 2, "queue": "default", "crash_suspect": True}
+    assert reason is None  # max_crashes is 3: a count would have buried it
