@@ -412,7 +412,7 @@ def test_a_spinning_job_is_interrupted_by_its_timeout_and_retried(
     assert entry["error_class"] == "JobTimeout"
     assert entry["error_message"] == "ran past its timeout of 1s"
     assert all(t.is_alive() for t in worker.manager.processors)
-    assert worker.manager.busy == 0
+    wait_until(lambda: worker.manager.busy == 0, timeout=5, message="its thread let go")
 
 
 def test_hooks_run_once_on_success_and_on_failing_for_good(

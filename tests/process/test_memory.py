@@ -162,7 +162,7 @@ def test_a_job_that_bloats_every_time_ends_in_the_dead_set(
     assert entry["jid"] == jid
     assert entry["dead_reason"] == (
         "the worker process was recycled over its memory limit while running this job "
-        "2 times: max_child_mb 150 (uss)"
+        "2 times: over max_child_mb 150 (uss)"  # the master's words: the limit it is over
     )
     assert int(store.hget("test:attempts", "fat") or 0) == 2
     assert store.llen(K.queue("default")) == 0

@@ -58,7 +58,9 @@ def steering(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTSTP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP])
-def test_a_remote_stop_that_arrives_with_a_signal_is_not_dropped(steering: Any, signum: int) -> None:
+def test_a_remote_stop_that_arrives_with_a_signal_is_not_dropped(
+    steering: Any, signum: int
+) -> None:
     steering.worker.commands.put("stop")
     assert steering.step(signum) == "remote stop"
 

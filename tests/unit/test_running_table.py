@@ -1,0 +1,105 @@
+"""The running table: claims atomic with quiet/stop, suspects alone, slots kept."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from jobmaster.slots import StartedSlots, digest
+from jobmaster.worker.fetch import Unit
+from jobmaster.worker.running import RunningTable, is_suspect
+from tests.helpers import holds_for, wait_until
+
+PLAIN = Unit(b'{"jid":"a","job":"x"}', "default")
+OTHER = Unit(b'{"jid":"b","job":"x"}', "default")
+SUSPECT = Unit(b'{"jid":"s","job":"x","crash_suspect":true}', "default")
+
+
+def table(slots: StartedSlots | None = None) -> RunningTable:
+    fetching = threading.Event()
+    fetching.set()
+    return RunningTable(fetching, threading.Event(), slots)
+
+
+def test_nothing_is_claimed_once_quiet_or_stopping() -> None:
+    running = table()
+    assert running.claim(PLAIN)
+    running.quiet()
+    assert not running.claim(OTHER)
+    running.resume()
+    assert running.claim(OTHER)
+    running.close()
+    assert not running.resume()  # never after a stop began
+    assert not running.claim(Unit(b"{}", "default"))
+
+
+def test_a_stop_takes_running_jobs_from_their_threads() -> None:
+    running = table()
+    running.claim(PLAIN)
+    assert running.start(PLAIN, 0)
+    assert running.close() == {PLAIN.raw: PLAIN}
+    running.end(PLAIN, 0)
+    assert not running.may_record(PLAIN)  # pushed back: its next run records it
+    assert running.finished(PLAIN)
+
+
+def test_an_abandoned_job_is_not_recorded_by_its_thread_nor_counted_twice() -> None:
+    running = table()
+    running.claim(PLAIN)
+    running.start(PLAIN, 0)
+    running.abandon(PLAIN)
+    assert not running.may_record(PLAIN)
+    assert not running.finished(PLAIN)
+    assert running.completed == 1
+
+
+def test_started_jobs_are_named_in_the_slots_until_their_code_returns() -> None:
+    slots = StartedSlots(2)
+    running = table(slots)
+    running.claim(PLAIN)
+    running.claim(OTHER)  # fetched, not started: never in a slot
+    running.start(PLAIN, 1)
+    assert slots.started() == (digest(PLAIN.raw),)
+    running.end(PLAIN, 1)
+    assert slots.started() == ()
+
+
+def test_a_crash_suspect_runs_alone() -> None:
+    assert is_suspect(SUSPECT.raw) and not is_suspect(PLAIN.raw)
+    running = table()
+    for unit in (PLAIN, SUSPECT, OTHER):
+        running.claim(unit)
+    running.start(PLAIN, 0)
+    order: list[str] = []
+
+    def start(unit: Unit, slot: int) -> None:
+        assert running.start(unit, slot)
+        order.append(unit.raw.decode())
+
+    suspect = threading.Thread(target=start, args=(SUSPECT, 1))
+    suspect.start()
+    wait_until(lambda: running._alone_waiting == 1, timeout=5)
+    other = threading.Thread(target=start, args=(OTHER, 2))
+    other.start()  # comes after the suspect: waits for it
+    holds_for(0.3, lambda: order == [], "started beside a running job")
+    running.end(PLAIN, 0)
+    wait_until(lambda: order == [SUSPECT.raw.decode()], timeout=5)
+    holds_for(0.3, lambda: len(order) == 1, "a job started beside the suspect")
+    running.end(SUSPECT, 1)
+    wait_until(lambda: len(order) == 2, timeout=5)
+    suspect.join(5)
+    other.join(5)
+
+
+def test_a_job_waiting_for_its_turn_is_not_started_once_a_stop_began() -> None:
+    running = table()
+    for unit in (PLAIN, SUSPECT):
+        running.claim(unit)
+    running.start(PLAIN, 0)
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(running.start(SUSPECT, 1)))
+    waiter.start()
+    time.sleep(0.05)
+    running.close()
+    waiter.join(5)
+    assert result == [False]
