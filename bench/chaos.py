@@ -17,14 +17,39 @@ records its completion), then, while they run:
 - at set points of progress (repeated ``--cycles`` times): TSTP and CONT;
   SIGTERM of the master and a restart, twice; HUP; TTIN then TTOU; a Redis
   SHUTDOWN and restart from its AOF; a SIGKILL of the master and a restart;
-  a job that pushes its child over ``max_child_mb``.
+  a job that pushes its child over ``max_child_mb``; then the disruptions of
+  issue 14, each bringing its own jobs so that some are in flight whatever
+  is left of the backlog:
+- ``deadline_stop``: TERM of the master while ``chaos_jobs.late`` jobs run
+  past ``shutdown_timeout`` (short here) and end, failing or succeeding, the
+  moment the stop has pushed them back; the pool is then scanned while it is
+  down, and restarted. Their late outcome must not be recorded;
+- ``broadcast``: HUP, TTIN, TTOU, USR1, TSTP and CONT each sent to every
+  process of the pool at once (``systemctl kill``): the master must act, no
+  child may die of it, stop (state T) or start a job again. A child left
+  stopped is continued by the bench after it is counted, so the run goes on;
+- ``stopped_past_ttl``: a child SIGSTOPped until a sibling has recovered
+  its jobs (its heartbeat, short here, expired), then SIGCONTed: it must not
+  record them as well;
+- ``redis_pause``: ``CLIENT PAUSE ... ALL`` longer than jobmaster's socket
+  timeout (shortened through the URL, see ``SOCKET_TIMEOUT``), with a child
+  SIGKILLed meanwhile: the master must replace it without waiting for Redis;
+- ``poison``: a job that SIGKILLs its own child after a moment, pushed among
+  innocent jobs that run beside it: it must end dead after ``max_crashes``,
+  they must not.
+
+A thread watches the state of every process of the pool all along: none may
+be seen stopped (T) but those the bench SIGSTOPped itself.
 
 At the end it prints (a table on stderr, JSON on stdout) and checks: jobs
 enqueued, done, **lost** (neither done nor dead: must be 0), run more than
-once (at most the jobs in flight at the moments of kills and Redis stops,
-which the run counts), dead (must be 0: no poison pills are injected),
-seconds, each disruption's count, and the exit code of every stop of the
-master. The exit status is 1 if any check fails.
+once (at most the jobs in flight at the disruptions that may rerun a job,
+which the run counts: see ``report``), the dead set (the poison pills and
+nothing else), each jid in one place at every scan (at each stop of the
+pool and at the end), no late outcome after a push back, no process seen
+stopped or child killed by a broadcast signal, seconds, each disruption's
+count, and the exit code of every stop of the master. The exit status is 1
+if any check fails.
 """
 
 from __future__ import annotations
@@ -50,6 +75,7 @@ from harness import (
     Master,
     emit,
     exit_on_term,
+    is_jobmaster,
     log_tail,
     machine_info,
     private_redis,
@@ -63,8 +89,9 @@ from jobmaster.embedded import RedisServerProcess
 from jobmaster.keys import Keys
 
 KEYS = Keys("jobmaster")
-JOB = "chaos_jobs.work"
+JOB, LATE_JOB, PILL_JOB = "chaos_jobs.work", "chaos_jobs.late", "chaos_jobs.pill"
 DONE_KEY, RUNS_KEY, STARTS_KEY = "chaos:done", "chaos:runs", "chaos:starts"  # as chaos_jobs
+LATE_KEY = "chaos:late"  # as chaos_jobs
 INPROGRESS_PATTERN = KEYS.inprogress("*")
 
 # Every in-progress list and its length, in one call (KEYS is fine on the
@@ -95,6 +122,9 @@ PROFILES = {
 }
 
 # The disruptions of one cycle, at these fractions of the cycle's jobs done.
+# The last five take seconds each (a heartbeat to expire, a poison pill to
+# kill max_crashes children) and bring their own jobs: placed last, they
+# don't push the others past the end of the backlog.
 SCHEDULE = (
     (0.08, "quiet"),
     (0.16, "term_restart"),
@@ -104,14 +134,48 @@ SCHEDULE = (
     (0.56, "kill_master"),
     (0.66, "memory"),
     (0.76, "term_restart"),
+    (0.80, "deadline_stop"),
+    (0.84, "broadcast"),
+    (0.88, "stopped_past_ttl"),
+    (0.92, "redis_pause"),
+    (0.96, "poison"),
 )
 
 MAX_CHILD_MB = 120
 BLOAT_MB = 200
-SHUTDOWN_TIMEOUT = 10
+# Short, so a stop's deadline passes while the late jobs run; the work jobs
+# take milliseconds, and HUP/TTOU drain children of the fuel jobs (below it).
+SHUTDOWN_TIMEOUT = 2
 REDIS_DOWN_S = 1.0
 MAX_CRASHES = 20
-BLOAT_QUEUE = "bloat"
+# Short, so a SIGSTOPped child's heartbeat expires within the run; long
+# enough that a Redis pause of PAUSE_S never lets a live one expire (a beat
+# every HEARTBEAT_TTL / 3 s).
+HEARTBEAT_TTL = 6
+# jobmaster's socket timeout (connection.py: 10 s, not a setting), shortened
+# for this run through the URL, whose query string wins over it (redis-py);
+# the bench's jobs keep their own 5 s (chaos_jobs), longer than the pause.
+SOCKET_TIMEOUT = 2
+PAUSE_S = 3.0  # CLIENT PAUSE ALL: longer than SOCKET_TIMEOUT
+REPLACED_WITHIN_S = 1.0  # a child killed during the pause is forked again by then
+PILL_DELAY_S = 0.5  # a poison pill kills its child this long after it starts
+POISON_INNOCENTS = 8  # innocent jobs pushed with a pill, per thread of the pool
+FUEL_MS = 1000  # the broadcast's jobs: under SHUTDOWN_TIMEOUT, so a drain finishes them
+STOPPED_FUEL_MS = 1500  # the stopped child's jobs: running when it is stopped
+BROADCAST = (
+    signal.SIGHUP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGUSR1,
+    signal.SIGTSTP,
+    signal.SIGCONT,
+)
+BROADCAST_NAMES = "|".join(sig.name for sig in BROADCAST)
+# How the master logs a child's end: "child 2 (pid 9) died: SIGHUP; requeued ...",
+# "... stopped (replaced (HUP)): SIGHUP", "... exited on its own (SIGHUP)".
+KILLED_BY_BROADCAST = re.compile(rf"child \d+ \(pid (\d+)\) [^\n]*?\b({BROADCAST_NAMES})\b")
+BLOAT_QUEUE, POISON_QUEUE, LATE_QUEUE = "bloat", "poison", "late"
+QUEUES = [BLOAT_QUEUE, POISON_QUEUE, LATE_QUEUE, "default"]  # strict: in this order
 
 
 @dataclass
@@ -120,7 +184,18 @@ class Tally:
 
     counts: Counter[str] = field(default_factory=Counter)
     inflight_at_kills: int = 0  # child and master SIGKILLs
-    inflight_at_redis_stops: int = 0
+    inflight_at_redis_stops: int = 0  # Redis restarts and pauses
+    pushed_back_at_deadlines: int = 0  # what the deadline stops pushed back
+    inflight_at_stopped_children: int = 0  # held by a child SIGSTOPped past its heartbeat
+    requeued_at_poison_crashes: int = 0  # what the poison pills' dead children held
+    innocents_blamed: int = 0  # innocent jobs seen with a crash counted against them
+    stopped_by_chaos: set[int] = field(default_factory=set)  # pids we SIGSTOPped
+    seen_stopped: dict[int, str] = field(default_factory=dict)  # others seen in state T
+    scans: list[dict[str, Any]] = field(default_factory=list)  # one-place scans
+    late_stops: list[tuple[float, list[str]]] = field(default_factory=list)  # (unix time, tokens)
+    broadcast_fuel: list[str] = field(default_factory=list)
+    pills: list[str] = field(default_factory=list)
+    pause_replaced_s: list[float | None] = field(default_factory=list)
     master_exit_codes: list[int | None] = field(default_factory=list)
     stop_seconds: list[float] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)  # disruptions without their effect
@@ -147,6 +222,10 @@ class Chaos:
         self.finished = threading.Event()
         self.ready_at: dict[int, float] = {}
         self.log_offset = 0
+        self.expected: set[str] = set()  # every token pushed
+        self.jids: dict[str, str] = {}  # jid -> token
+        self.phase = "start"  # what the run is doing, for the state watcher
+        self.fuel_pushed: Counter[str] = Counter()
         self.master: Master
 
     # -- setup -------------------------------------------------------------
@@ -164,28 +243,54 @@ class Chaos:
             memory_check_interval=1,
             memory_grace=5,
             poll_interval=0.5,
+            heartbeat_ttl=HEARTBEAT_TTL,
             # A child dies about once a second here, so a job may be in three
             # killed children by bad luck alone: that is not a poison pill
             # (tests/process/test_master.py proves max_crashes on its own).
             max_crashes=MAX_CRASHES,
-            # The bloating job must not wait behind the whole backlog.
-            queues=[BLOAT_QUEUE, "default"],
+            # The disruptions' own jobs must not wait behind the whole backlog.
+            queues=QUEUES,
             strict=True,
         )
-        self.master = Master(config, self.server.url, self.logfile)
+        url = f"{self.server.url}?socket_timeout={SOCKET_TIMEOUT}"
+        self.master = Master(config, self.server.url, self.logfile, redis_url=url)
         self.enqueue()
         self.master.start()
         self.master.wait_children(self.profile.processes)
 
     def enqueue(self) -> None:
-        client = jobmaster.Client(self.server.url)
         mean = self.profile.job_ms
-        payloads = [
-            wire.build(JOB, [f"t{i}", round(self.rng.uniform(0, 2 * mean), 1)], {}, queue="default")
-            for i in range(self.profile.jobs)
-        ]
-        client.push_payloads(payloads)
-        self.total = len(payloads)
+        self.push(
+            [
+                (JOB, [f"t{i}", round(self.rng.uniform(0, 2 * mean), 1)])
+                for i in range(self.profile.jobs)
+            ],
+            "default",
+        )
+
+    def push(self, jobs: list[tuple[str, list[Any]]], queue: str) -> list[str]:
+        """Push (job, args) pairs whose first argument is a new token; the tokens."""
+        payloads = [wire.build(name, args, {}, queue=queue) for name, args in jobs]
+        self.retrying(lambda: jobmaster.Client(self.server.url).push_payloads(payloads))
+        tokens = [str(args[0]) for _, args in jobs]
+        self.expected.update(tokens)
+        self.jids.update((str(p["jid"]), token) for p, token in zip(payloads, tokens, strict=True))
+        self.total = len(self.expected)
+        return tokens
+
+    def fuel(self, prefix: str, count: int, ms: float, queue: str = LATE_QUEUE) -> list[str]:
+        """Jobs of a disruption's own, so that some are in flight during it."""
+        cycle = self.fuel_pushed[prefix]
+        self.fuel_pushed[prefix] += 1
+        return self.push([(JOB, [f"{prefix}{cycle}_{i}", ms]) for i in range(count)], queue)
+
+    def started_count(self, tokens: list[str]) -> int:
+        found = self.retrying(lambda: self.conn.hmget(STARTS_KEY, tokens))
+        return sum(1 for n in found if n is not None)
+
+    def all_done(self, tokens: list[str]) -> bool:
+        found = self.retrying(lambda: self.conn.smismember(DONE_KEY, tokens))
+        return all(found)
 
     # -- what Redis says ------------------------------------------------------
     def inflight(self, pid: int | None = None) -> int:
@@ -233,10 +338,41 @@ class Chaos:
         victim = self.rng.choice(sorted(old_enough))
         with contextlib.suppress(ProcessLookupError):
             # Frozen, it can neither fetch nor acknowledge: the count is exact.
+            self.tally.stopped_by_chaos.add(victim)  # before: the watcher may look at once
             os.kill(victim, signal.SIGSTOP)
             self.tally.inflight_at_kills += self.inflight(victim)
             os.kill(victim, signal.SIGKILL)
             self.tally.counts["child_sigkill"] += 1
+
+    def old_children(self) -> list[int]:
+        """Children ready for at least ``--min-child-age`` seconds (see above)."""
+        self.follow_ready()
+        now = time.monotonic()
+        return sorted(
+            pid
+            for pid in self.master.children()
+            if now - self.ready_at.get(pid, now) >= self.args.min_child_age
+        )
+
+    # -- the state watcher ----------------------------------------------------
+    def watch_states(self) -> None:
+        """Every 50 ms, the state of the master and each child: one stopped
+        (T) that the bench did not SIGSTOP is a process a signal stopped."""
+        while not self.finished.wait(0.05):
+            master = self.master.pid if self.master.alive() else None
+            pids = self.master.children() | ({master} if master else set())
+            for pid in pids - self.tally.stopped_by_chaos - set(self.tally.seen_stopped):
+                if process_state(pid) == "T":
+                    role = "master" if pid == master else "child"
+                    self.tally.seen_stopped[pid] = f"{role}, during {self.phase}"
+
+    def stopped_children(self) -> set[int]:
+        """Children in state T now that the bench did not stop itself."""
+        return {
+            pid
+            for pid in self.master.children() - self.tally.stopped_by_chaos
+            if process_state(pid) == "T"
+        }
 
     def follow_ready(self) -> None:
         """Note when each child said it was up (the master's log, read from
@@ -263,8 +399,10 @@ class Chaos:
     def event(self, name: str) -> None:
         at = time.monotonic() - self.started
         done = self.done()
+        self.phase = name
         with self.no_kills():
             detail = getattr(self, f"do_{name}")()
+        self.phase = "backlog"
         self.tally.counts[name] += 1
         if not detail.get("ok", True):
             self.tally.missed.append(name)
@@ -294,12 +432,243 @@ class Chaos:
         return {int(pid) for pid in found}
 
     def do_term_restart(self) -> dict[str, Any]:
-        seconds, code = self.master.stop(timeout=SHUTDOWN_TIMEOUT + 20)
-        self.tally.master_exit_codes.append(code)
-        self.tally.stop_seconds.append(round(seconds, 2))
+        seconds, code = self.stop_master()
+        self.scan("after a TERM")  # nothing runs: the one-place scan is exact
         self.master.start()
         self.master.wait_children(self.profile.processes)
         return {"stop_s": round(seconds, 2), "exit_code": code, "ok": code == 0}
+
+    def stop_master(self) -> tuple[float, int | None]:
+        seconds, code = self.master.stop(timeout=SHUTDOWN_TIMEOUT + 20)
+        self.tally.master_exit_codes.append(code)
+        self.tally.stop_seconds.append(round(seconds, 2))
+        return seconds, code
+
+    def do_deadline_stop(self) -> dict[str, Any]:
+        """TERM while late jobs run past shutdown_timeout: each ends (half fail,
+        half succeed) as soon as the stop pushed it back, before its child exits.
+
+        What the stop pushed back counts towards the extra runs allowed (a late
+        job that succeeded had run once); the pool is scanned while it is down.
+        """
+        cycle, count = self.tally.counts["deadline_stop"], 2 * self.profile.processes
+        modes = ["fail" if i % 2 else "succeed" for i in range(count)]
+        tokens = self.push(
+            [(LATE_JOB, [f"late{cycle}_{i}", mode]) for i, mode in enumerate(modes)], LATE_QUEUE
+        )
+        running = self.wait(lambda: self.started_count(tokens) == count, 15)
+        stopped_at, offset = time.time(), len(self.log())
+        seconds, code = self.stop_master()
+        self.tally.late_stops.append((stopped_at, tokens))
+        found = re.findall(r"stopped: (\d+) job\(s\) pushed back", self.log()[offset:])
+        pushed = sum(int(n) for n in found)
+        self.tally.pushed_back_at_deadlines += pushed
+        scan = self.scan("after a stop past its deadline")
+        self.master.start()
+        self.master.wait_children(self.profile.processes)
+        return {
+            "late_jobs": count,
+            "running": running,
+            "pushed_back": pushed,
+            "stop_s": round(seconds, 2),
+            "exit_code": code,
+            "in_two_places": scan["violations"],
+            "ok": running and code == 0 and pushed >= count,
+        }
+
+    def do_broadcast(self) -> dict[str, Any]:
+        """Each signal of BROADCAST to the master and every child at once, while
+        the broadcast's own jobs (FUEL_MS, less than shutdown_timeout) run.
+
+        The master must act on each; the children must neither die of it
+        (the log's account of each child's end), nor stop (state T: counted
+        by the watcher, then SIGCONTed here so the run can go on), nor start
+        one of these jobs twice (their starts: no kill happens meanwhile, and
+        a drained child finishes them).
+        """
+        size = self.profile.processes * self.profile.concurrency
+        tokens = self.fuel("b", 2 * size, FUEL_MS)
+        self.tally.broadcast_fuel += tokens
+        self.wait(lambda: self.started_count(tokens) >= size // 2, 15)
+        effects, stopped = {}, {}
+        for sig in BROADCAST:
+            self.phase = f"broadcast {sig.name}"
+            before, offset = self.master.children(), len(self.log())
+            for pid in [*sorted(before), self.master.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            time.sleep(0.3)
+            left_stopped = self.stopped_children()
+            for pid in left_stopped:  # so the run goes on (the watcher counted them)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            stopped[sig.name] = len(left_stopped)
+            effects[sig.name] = self.broadcast_effect(sig, before, offset)
+        finished = self.wait(lambda: self.all_done(tokens), 60)
+        return {
+            "effects": effects,
+            "stopped": stopped,
+            "fuel_done": finished,
+            "ok": all(effects.values()),
+        }
+
+    def broadcast_effect(self, sig: signal.Signals, before: set[int], offset: int) -> bool:
+        """Whether the master did what ``sig`` asks of it (SPEC §7)."""
+        wanted = self.profile.processes
+        since = lambda: self.log()[offset:]  # noqa: E731
+        if sig == signal.SIGHUP:
+            told = lambda: re.search(r"rolling restart: replacing (\d+) children", since())  # noqa: E731
+            return self.wait(
+                lambda: (
+                    (m := told()) is not None and len(before - self.master.children()) >= int(m[1])
+                ),
+                30,
+            )
+        if sig == signal.SIGTTIN:
+            return self.wait(lambda: len(self.master.children()) >= wanted + 1, 15)
+        if sig == signal.SIGTTOU:
+            return self.wait(lambda: len(self.master.children()) <= wanted, 30)
+        if sig == signal.SIGUSR1:
+            return self.wait(lambda: "traceback of thread" in since(), 10)
+        if sig == signal.SIGTSTP:
+            quiet = r"pid=(\d+) child=\d+: quiet: no new jobs"
+            return self.wait(
+                lambda: self.master.children() <= {int(p) for p in re.findall(quiet, since())}, 15
+            )
+        return self.wait(lambda: "resuming children" in since(), 10)  # SIGCONT
+
+    def do_stopped_past_ttl(self) -> dict[str, Any]:
+        """A busy child SIGSTOPped until a sibling recovered its jobs (its
+        heartbeat expired), then SIGCONTed. Its jobs may run again (counted
+        in the allowance); it must not record them too (the scans and the
+        attempts say so)."""
+        size = self.profile.processes * self.profile.concurrency
+        tokens = self.fuel("s", size, STOPPED_FUEL_MS)
+        victim, held = None, 0
+
+        def stop_a_busy_child() -> bool:
+            """Stopped first, then counted (exact); continued again if idle."""
+            nonlocal victim, held
+            for pid in [p for p in self.old_children() if self.inflight(p)]:
+                self.tally.stopped_by_chaos.add(pid)  # before: the watcher may look at once
+                os.kill(pid, signal.SIGSTOP)
+                victim, held = pid, self.inflight(pid)
+                if held:
+                    return True
+                os.kill(pid, signal.SIGCONT)
+            return False
+
+        if not self.wait(stop_a_busy_child, 15) or victim is None:
+            return {"ok": False, "why": "no busy child"}
+        stopped_at = time.monotonic()
+        self.tally.inflight_at_stopped_children += held
+        # Expiry within HEARTBEAT_TTL of its last beat, then a sibling's next
+        # orphan scan (every TTL / 2); held past the TTL even if that came sooner.
+        recovered = self.wait(lambda: self.inflight(victim) == 0, 3 * HEARTBEAT_TTL)
+        while time.monotonic() < stopped_at + HEARTBEAT_TTL + 1:
+            time.sleep(0.05)
+        stopped_s = time.monotonic() - stopped_at
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+        finished = self.wait(lambda: self.all_done(tokens), 60)
+        return {
+            "held": held,
+            "recovered": recovered,
+            "stopped_s": round(stopped_s, 1),
+            "fuel_done": finished,
+            "ok": recovered and held > 0,
+        }
+
+    def do_redis_pause(self) -> dict[str, Any]:
+        """CLIENT PAUSE ALL for PAUSE_S (> SOCKET_TIMEOUT) while jobs run, and a
+        child SIGKILLed in it: the master must fork its replacement within
+        REPLACED_WITHIN_S, Redis or not (SPEC §8). Jobs in flight count as at a
+        Redis stop; the victim's as at a kill."""
+        size = self.profile.processes * self.profile.concurrency
+        tokens = self.fuel("p", 2 * size, 600)
+        self.wait(lambda: self.inflight() >= size // 2, 15)
+        old = self.old_children()
+        if not old:
+            return {"ok": False, "why": "no child old enough"}
+        victim = self.rng.choice(old)
+        self.tally.stopped_by_chaos.add(victim)
+        os.kill(victim, signal.SIGSTOP)
+        in_victim, inflight = self.inflight(victim), self.inflight()
+        self.tally.inflight_at_kills += in_victim
+        self.tally.inflight_at_redis_stops += inflight - in_victim
+        before = self.master.children()
+        self.conn.client_pause(int(PAUSE_S * 1000), all=True)
+        paused_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        replaced = self.wait(lambda: bool(self.master.children() - before), PAUSE_S + 15)
+        replaced_s = round(time.monotonic() - paused_at, 2) if replaced else None
+        self.tally.pause_replaced_s.append(replaced_s)
+        while time.monotonic() < paused_at + PAUSE_S:  # the bench's reads would wait too
+            time.sleep(0.05)
+        finished = self.wait(lambda: self.all_done(tokens), 60)
+        return {"inflight": inflight, "replaced_s": replaced_s, "fuel_done": finished}
+
+    def do_poison(self) -> dict[str, Any]:
+        """A job that SIGKILLs its child PILL_DELAY_S after it starts, pushed
+        among innocent jobs (STOPPED_FUEL_MS each, enough to keep every thread
+        busy while the pill kills max_crashes children): wherever it runs,
+        innocent jobs run beside it. It must reach the dead set, they must not.
+
+        With max_crashes at MAX_CRASHES an innocent job is beside the pill at
+        only a few of its crashes, so "no innocent dead" holds even where
+        each crash is counted against every job of the child (issue 14, hole
+        3). That counting shows on the payloads, which carry ``crash_count``:
+        an innocent one seen with it, in a queue or an in-progress list, is
+        reported (a figure: SPEC §8 says they are not counted against).
+        What its dead children held (the master's "requeued N") counts in
+        the allowance."""
+        cycle, offset = self.tally.counts["poison"], len(self.log())
+        count = POISON_INNOCENTS * self.profile.processes * self.profile.concurrency
+        innocents = [(JOB, [f"i{cycle}_{i}", STOPPED_FUEL_MS]) for i in range(count)]
+        pill = f"pill{cycle}"
+        tokens = self.push(
+            [*innocents[:2], (PILL_JOB, [pill, PILL_DELAY_S]), *innocents[2:]], POISON_QUEUE
+        )
+        self.tally.pills.append(pill)
+        innocent = [t for t in tokens if t != pill]
+        blamed: set[str] = set()
+        deadline = time.monotonic() + 30 + 3 * MAX_CRASHES
+        while not (buried := pill in self.dead_tokens()) and time.monotonic() < deadline:
+            blamed |= self.blamed(set(innocent))
+            time.sleep(0.1)
+        settled = self.wait(lambda: self.settled_tokens(innocent), 60)
+        since = self.log()[offset:]
+        requeued = re.findall(r"died: [^;\n]*; requeued (\d+) job\(s\)", since)
+        self.tally.requeued_at_poison_crashes += sum(int(n) for n in requeued)
+        self.tally.innocents_blamed += len(blamed)
+        return {
+            "crashes": len(requeued),
+            "buried": buried,
+            "innocents": len(innocent),
+            "innocents_counted_a_crash": len(blamed),
+            "innocents_settled": settled,
+            "innocents_dead": len(set(innocent) & set(self.dead_tokens())),
+            "ok": buried,
+        }
+
+    def blamed(self, innocent: set[str]) -> set[str]:
+        """Innocent tokens whose payload, queued or in progress, carries a crash."""
+        keys = [KEYS.queue(POISON_QUEUE), *(text(k) for k in self.conn.keys(INPROGRESS_PATTERN))]
+        found = set()
+        for key in keys:
+            for raw in self.retrying(lambda key=key: self.conn.lrange(key, 0, -1)):
+                with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+                    payload = json.loads(raw)
+                    token = str(payload["args"][0])
+                    if token in innocent and payload.get("crash_count"):
+                        found.add(token)
+        return found
+
+    def settled_tokens(self, tokens: list[str]) -> bool:
+        """Every one of ``tokens`` done or dead (the wait ends when they settle)."""
+        dead = set(self.dead_tokens())
+        found = self.retrying(lambda: self.conn.smismember(DONE_KEY, tokens))
+        return all(d or t in dead for t, d in zip(tokens, found, strict=True))
 
     def do_hup(self) -> dict[str, Any]:
         """Every child the master retires for the HUP goes (a child still
@@ -353,11 +722,7 @@ class Chaos:
         return {"inflight": inflight}
 
     def do_memory(self) -> dict[str, Any]:
-        token = f"bloat{self.tally.counts['memory']}"
-        jobmaster.Client(self.server.url).push_payloads(
-            [wire.build(JOB, [token, 0, BLOAT_MB], {}, queue=BLOAT_QUEUE)]
-        )
-        self.total += 1
+        self.push([(JOB, [f"bloat{self.tally.counts['memory']}", 0, BLOAT_MB])], BLOAT_QUEUE)
         pattern = re.compile(r"recycling it .*|over max_child_mb")
         seen_before = len(pattern.findall(self.log()))
         recycled = self.wait(lambda: len(pattern.findall(self.log())) > seen_before, 30)
@@ -380,8 +745,8 @@ class Chaos:
         pipe = self.conn.pipeline(transaction=False)
         pipe.scard(DONE_KEY)
         pipe.zcard(KEYS.dead)
-        pipe.llen(KEYS.queue("default"))
-        pipe.llen(KEYS.queue(BLOAT_QUEUE))
+        for queue in QUEUES:
+            pipe.llen(KEYS.queue(queue))
         pipe.zcard(KEYS.retry)
         pipe.zcard(KEYS.scheduled)
         done, dead, *waiting = self.retrying(pipe.execute)
@@ -395,8 +760,11 @@ class Chaos:
             for fraction, name in SCHEDULE
         ]
         killer = threading.Thread(target=self.killer, name="killer", daemon=True)
+        watcher = threading.Thread(target=self.watch_states, name="watcher", daemon=True)
         self.kills_allowed.set()
+        self.phase = "backlog"
         killer.start()
+        watcher.start()
         deadline = self.started + self.profile.deadline_s
         try:
             while time.monotonic() < deadline:
@@ -412,14 +780,98 @@ class Chaos:
         finally:
             self.finished.set()
             killer.join(timeout=5)
+            watcher.join(timeout=5)
+
+    # -- one place at a time ---------------------------------------------------------
+    def places(self) -> dict[str, list[str]]:
+        """jid -> every place it is in: each queue, in-progress list, the
+        scheduled, retry and dead sets (an entry twice in one counts twice)."""
+        conn, found = self.conn, {}
+        lists = [text(k) for k in conn.keys(KEYS.queue("*"))]
+        lists += [text(k) for k in conn.keys(INPROGRESS_PATTERN)]
+        for key in lists:
+            found[key] = conn.lrange(key, 0, -1)
+        for key in (KEYS.scheduled, KEYS.retry, KEYS.dead):
+            found[key] = conn.zrange(key, 0, -1)
+        where: dict[str, list[str]] = {}
+        for key, entries in found.items():
+            place = key.removeprefix(KEYS.prefix)
+            for raw in entries:
+                try:
+                    jid = str(json.loads(raw)["jid"])
+                except (ValueError, KeyError, TypeError):
+                    jid = f"unreadable entry in {place}"
+                where.setdefault(jid, []).append(place)
+        return where
+
+    def completions(self, jids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """jid -> its recorded attempts (jobmaster's history: one per FINISH)."""
+        history: dict[str, list[dict[str, Any]]] = {}
+        for start in range(0, len(jids), 2000):
+            chunk = jids[start : start + 2000]
+            pipe = self.conn.pipeline(transaction=False)
+            for jid in chunk:
+                pipe.lrange(KEYS.attempts(jid), 0, -1)
+            for jid, attempts in zip(chunk, pipe.execute(), strict=True):
+                history[jid] = [json.loads(a) for a in attempts]
+        return history
+
+    def scan(self, label: str, every_job: bool = False) -> dict[str, Any]:
+        """One place at a time (SPEC §8), read while no worker runs: a jid in two
+        places, one finished (a ``complete`` attempt recorded) and still in a
+        place, or finished twice. ``every_job``: all jids, not only those in a
+        place (at the end, when the places are empty)."""
+        where = self.retrying(self.places)
+        jids = sorted(set(self.jids) | set(where)) if every_job else sorted(where)
+        history = self.retrying(lambda: self.completions(jids))
+        complete = {j: sum(a.get("outcome") == "complete" for a in h) for j, h in history.items()}
+        two_places = {j: p for j, p in where.items() if len(p) > 1}
+        finished_somewhere = {j: p for j, p in where.items() if complete.get(j)}
+        finished_twice = sorted(j for j, n in complete.items() if n > 1)
+        bad = set(two_places) | set(finished_somewhere) | set(finished_twice)
+        result = {
+            "at": label,
+            "jobs_in_places": len(where),
+            "in_two_places": len(two_places),
+            "finished_and_in_a_place": len(finished_somewhere),
+            "finished_twice": len(finished_twice),
+            "violations": len(bad),
+            "sample": [
+                {
+                    "jid": j,
+                    "token": self.jids.get(j),
+                    "places": where.get(j, []),
+                    "complete": complete.get(j),
+                }
+                for j in sorted(bad)[:5]
+            ],
+        }
+        self.tally.scans.append(result)
+        return result
 
     # -- the verdict ----------------------------------------------------------------
     def dead_tokens(self) -> list[str]:
         tokens = []
-        for raw in self.conn.zrange(KEYS.dead, 0, -1):
+        for raw in self.retrying(lambda: self.conn.zrange(KEYS.dead, 0, -1)):
             with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
                 tokens.append(str(json.loads(raw)["args"][0]))
         return tokens
+
+    def late_outcomes(self) -> tuple[int, int]:
+        """(late jobs the stops pushed back, outcomes recorded for their runs that
+        began before the stop). Such a run ends only once it saw its entry pushed
+        back, so any outcome recorded for it is a late one."""
+        pushed, late = 0, 0
+        by_token = {t: j for j, t in self.jids.items()}
+        for stopped_at, tokens in self.tally.late_stops:
+            seen = self.conn.hmget(LATE_KEY, tokens)
+            mine = [t for t, s in zip(tokens, seen, strict=True) if text(s or b"") == "pushed back"]
+            pushed += len(mine)
+            history = self.completions([by_token[t] for t in mine])
+            late += sum(
+                1 for h in history.values() for a in h if a.get("started_at", 0) < stopped_at
+            )
+        return pushed, late
 
     def report(self, settled: bool, seconds: float) -> dict[str, Any]:
         stop_s, code = self.master.stop(timeout=SHUTDOWN_TIMEOUT + 20)
@@ -427,13 +879,37 @@ class Chaos:
         self.tally.stop_seconds.append(round(stop_s, 2))
         done = {text(t) for t in self.conn.smembers(DONE_KEY)}
         runs = {text(k): int(v) for k, v in self.conn.hgetall(RUNS_KEY).items()}
+        starts = {text(k): int(v) for k, v in self.conn.hgetall(STARTS_KEY).items()}
         dead = self.dead_tokens()
-        expected = {f"t{i}" for i in range(self.profile.jobs)}
-        expected |= {f"bloat{i}" for i in range(self.tally.counts["memory"])}
+        expected = self.expected
         lost = sorted(expected - done - set(dead))
         extra_runs = sum(n - 1 for n in runs.values() if n > 1)
-        allowance = self.tally.inflight_at_kills + self.tally.inflight_at_redis_stops
+        # A job may run again only if it left a process's hands without its
+        # outcome: in a child SIGKILLed (by us, or by a poison pill beside it:
+        # the master's "requeued N"), in flight when Redis stopped or paused
+        # (its recording failed), pushed back by a stop whose deadline passed
+        # (a late job may have completed before it was pushed back), or held
+        # by a child stopped past its heartbeat (recovered by a sibling, while
+        # the stopped one goes on running it). The broadcast signals add
+        # nothing: no child may die of one or rerun a job for it.
+        tally = self.tally
+        allowance = (
+            tally.inflight_at_kills
+            + tally.inflight_at_redis_stops
+            + tally.pushed_back_at_deadlines
+            + tally.inflight_at_stopped_children
+            + tally.requeued_at_poison_crashes
+        )
+        end_scan = self.scan("at the end", every_job=True)
+        bad_scans = [s for s in tally.scans if s["violations"]]
+        late_pushed, late_recorded = self.late_outcomes()
+        innocent_dead = sorted(set(dead) - set(tally.pills))
+        pills_alive = sorted(set(tally.pills) - set(dead))
         log = self.log()
+        broadcast_deaths = sorted({f"pid {m[0]}: {m[1]}" for m in KILLED_BY_BROADCAST.findall(log)})
+        broadcast_reruns = sorted(t for t in tally.broadcast_fuel if starts.get(t, 0) > 1)
+        slow = [s for s in tally.pause_replaced_s if s is None or s > REPLACED_WITHIN_S]
+        broadcast_ok = not broadcast_deaths and not broadcast_reruns
         figures = {
             "enqueued": len(expected),
             "done": len(done & expected),
@@ -443,6 +919,21 @@ class Chaos:
             "extra_runs": extra_runs,
             "duplicate_allowance": allowance,
             "dead": len(dead),
+            "poison_pills": len(tally.pills),
+            "innocent_dead": len(innocent_dead),
+            "innocent_dead_sample": innocent_dead[:10],
+            "innocents_counted_a_crash": tally.innocents_blamed,
+            "one_place_scans": len(tally.scans),
+            "scans_with_violations": [s["at"] for s in bad_scans],
+            "jids_in_two_places_at_end": end_scan["in_two_places"],
+            "jids_finished_and_in_a_place_at_end": end_scan["finished_and_in_a_place"],
+            "jids_finished_twice": end_scan["finished_twice"],
+            "late_jobs_pushed_back": late_pushed,
+            "late_outcomes_recorded": late_recorded,
+            "seen_stopped": {str(pid): why for pid, why in tally.seen_stopped.items()},
+            "children_killed_by_broadcast": broadcast_deaths,
+            "broadcast_jobs_started_twice": len(broadcast_reruns),
+            "replaced_during_redis_pause_s": tally.pause_replaced_s,
             "settled": settled,
             "seconds": round(seconds, 1),
             "jobs_per_second": round(len(done) / seconds, 1) if seconds else None,
@@ -452,8 +943,16 @@ class Chaos:
         checks = {
             "all jobs settled before the deadline": settled,
             "lost == 0": not lost,
-            "extra runs <= jobs in flight at kills and Redis stops": extra_runs <= allowance,
-            "dead == 0 (no poison pills injected)": not dead,
+            "extra runs <= jobs in flight at kills, Redis stops and pauses, deadline "
+            "stops, stopped children and poison crashes": extra_runs <= allowance,
+            "dead set = the poison pills (no innocent job dead, every pill dead)": not innocent_dead
+            and not pills_alive,
+            "no jid in two places, nor finished and in a place, nor finished twice "
+            "(at each stop of the pool and at the end)": not bad_scans,
+            "no late outcome recorded for a job pushed back at a stop": late_recorded == 0,
+            "no process seen stopped (T) but those the bench stopped": not tally.seen_stopped,
+            "no child died of a broadcast signal, nor started a job twice for one": broadcast_ok,
+            f"a child killed in a Redis pause was replaced within {REPLACED_WITHIN_S:g}s": not slow,
             "every stop of the master exited 0": all(c == 0 for c in self.tally.master_exit_codes),
             # quiet: nothing completed while quiet; HUP: every child retired
             # stopped; TTIN/TTOU: one more, then one fewer; memory: recycled.
@@ -469,6 +968,10 @@ class Chaos:
             "disruptions": dict(self.tally.counts),
             "inflight_at_kills": self.tally.inflight_at_kills,
             "inflight_at_redis_stops": self.tally.inflight_at_redis_stops,
+            "pushed_back_at_deadlines": self.tally.pushed_back_at_deadlines,
+            "inflight_at_stopped_children": self.tally.inflight_at_stopped_children,
+            "requeued_at_poison_crashes": self.tally.requeued_at_poison_crashes,
+            "scans": self.tally.scans,
             "master_exit_codes": self.tally.master_exit_codes,
             "master_stop_seconds": self.tally.stop_seconds,
             "missed": self.tally.missed,
@@ -481,6 +984,15 @@ class Chaos:
         """Stop the master (the server is stopped after it, by private_redis)."""
         with contextlib.suppress(Exception):
             self.master.stop(timeout=SHUTDOWN_TIMEOUT + 20)
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, T...), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :][:1] if is_jobmaster(pid) else None
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -497,7 +1009,22 @@ def print_table(report: dict[str, Any]) -> None:
         ("done", f["done"]),
         ("lost", f["lost"]),
         ("run more than once", f"{f['run_more_than_once']} (allowed {f['duplicate_allowance']})"),
-        ("dead", f["dead"]),
+        ("dead", f"{f['dead']} ({f['poison_pills']} poison pills, {f['innocent_dead']} innocent)"),
+        ("innocents counted a crash", f["innocents_counted_a_crash"]),
+        (
+            "one-place scans",
+            f"{f['one_place_scans']} ({len(f['scans_with_violations'])} with a violation)",
+        ),
+        ("  jids in two places (end)", f["jids_in_two_places_at_end"]),
+        ("  finished twice", f["jids_finished_twice"]),
+        (
+            "late outcomes recorded",
+            f"{f['late_outcomes_recorded']} ({f['late_jobs_pushed_back']} pushed back)",
+        ),
+        ("seen stopped (T)", len(f["seen_stopped"])),
+        ("killed by a broadcast", len(f["children_killed_by_broadcast"])),
+        ("broadcast jobs run twice", f["broadcast_jobs_started_twice"]),
+        ("replaced in a Redis pause", f["replaced_during_redis_pause_s"]),
         ("seconds", f["seconds"]),
         ("jobs/s under fire", f["jobs_per_second"]),
     ]

@@ -213,7 +213,9 @@ class Master:
 
     It runs in its own session, so a Ctrl-C to the bench reaches only the
     bench, whose ``finally`` stops the master properly. ``env`` is added to
-    the clean environment (e.g. the size of memory.py's app).
+    the clean environment (e.g. the size of memory.py's app). ``redis_url``:
+    the URL jobmaster is given, when not ``url`` (which the bench's jobs
+    get): chaos.py adds ``?socket_timeout=`` to it, for jobmaster alone.
     """
 
     def __init__(
@@ -224,9 +226,11 @@ class Master:
         *,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        redis_url: str | None = None,
     ) -> None:
         self.config = config
         self.url = url
+        self.redis_url = redis_url or url
         self.logfile = logfile
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
@@ -242,7 +246,7 @@ class Master:
         return self.proc.pid
 
     def start(self) -> None:
-        command = [jobmaster_executable(), "-c", str(self.config), "--redis-url", self.url]
+        command = [jobmaster_executable(), "-c", str(self.config), "--redis-url", self.redis_url]
         with self.logfile.open("ab") as log:
             self.proc = subprocess.Popen(
                 [*command, *self.extra_args],
