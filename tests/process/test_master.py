@@ -90,6 +90,14 @@ def diagnose(store: redis.Redis, master: JobmasterProcess, markers: list[str]) -
     return "\n".join(lines)
 
 
+def alive(pid: int) -> bool:
+    """Running, not a zombie. A process may exit between two looks at it."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def runs(store: redis.Redis, marker: str) -> int:
     return int(store.hget("test:runs", marker) or 0)
 
@@ -284,16 +292,7 @@ def test_children_of_a_sigkilled_master_stop_and_push_back_their_jobs(
     wait_until(lambda: store.sismember("test:started", "orphaned"), timeout=10)
     master.signal(signal.SIGKILL)
     master.wait(timeout=10)
-    wait_until(
-        lambda: (
-            not any(
-                psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                for pid in pids
-            )
-        ),
-        timeout=10,
-        message="children gone within 10 s",
-    )
+    wait_until(lambda: not any(map(alive, pids)), timeout=10, message="children gone within 10 s")
     [payload] = [json.loads(raw) for raw in store.lrange(K.queue("default"), 0, -1)]
     assert payload["jid"] == jid  # pushed back by its child before it left
 
