@@ -110,11 +110,13 @@ def setup_logging(
 def handlers_held() -> Iterator[None]:
     """Hold every handler's lock, so no other thread is in the middle of a line.
 
-    For ``fork``: CPython gives a child fresh handler locks, but a thread
-    caught writing a line at that instant holds the lock of the stream
-    (stdout's buffer) in the child for ever, and the child's first line
-    hangs. A thread writes through one handler at a time, so taking them
-    all in turn cannot deadlock. A child forked inside the block has fresh
+    For ``fork``: CPython gives a child fresh handler locks, but not fresh
+    copies of what a thread caught in the middle of ``emit`` holds at that
+    instant: the lock of a buffered stream over a Python-level raw stream
+    stays held in the child for ever (tried: the child's first write
+    hangs), as would a socket handler's half-sent line. A thread writes
+    through one handler at a time, so taking them all in turn cannot
+    deadlock. A child forked inside the block has fresh
     locks already (CPython's at-fork hook): only the parent releases them.
     """
     parent = os.getpid()

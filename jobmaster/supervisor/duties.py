@@ -35,9 +35,9 @@ used, and the child never uses the master's pool), closes the wakeup pipe
 (``fds``), and ends with ``os._exit``, so no finalizer of the master's
 objects runs in it (``gc.freeze`` keeps them from being collected). What
 both do use is logging: CPython re-creates the handlers' locks in a child,
-but not the lock of the stream a handler writes to, so ``fork_child``
-holds every handler's lock across fork (``log.handlers_held``): the thread
-is never in the middle of a line then. Everything the thread runs is
+but not what a handler holds in the middle of a line (a stream's lock, a
+half-sent record), so ``fork_child`` holds every handler's lock across
+fork (``log.handlers_held``): the thread is never mid-line then. Everything the thread runs is
 imported, and has run once, before the first fork (start-up's Redis
 calls), so no import lock is held either. The thread starts with the
 master's signals blocked: every signal goes to the main thread, as before
