@@ -210,9 +210,9 @@ class RedisDuties:
     def _run(self) -> None:
         while self._finish_by is None:
             self._wake.clear()  # before the pass: a requeue handed over during it wakes the wait
-            now = time.monotonic()
-            self.run_pass(now)
-            self._wake.wait(self._next_wait(time.monotonic()))
+            self.run_pass(time.monotonic())
+            if self._finish_by is None:  # else its wake may be the one just cleared
+                self._wake.wait(self._next_wait(time.monotonic()))
         self._finish()
 
     def run_pass(self, now: float) -> None:
@@ -261,8 +261,11 @@ class RedisDuties:
                 self.recovery.forget(dead.identity)
             except redis.RedisError as error:
                 self.outage.failed(error, time.monotonic())
-                self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, 2 * self._retry_delay))
-                self._retry_at = time.monotonic() + self._retry_delay
+                self._back_off()
+                return done
+            except Exception:  # a bug: loud, but not every pass
+                log.exception("%s: could not requeue its jobs; trying again", dead.name)
+                self._back_off(RETRY_MAX)
                 return done
             self._requeues.popleft()
             self._retry_delay = 0.0
@@ -272,6 +275,10 @@ class RedisDuties:
             self._log_requeue(dead, report)
             done.append(report)
         return done
+
+    def _back_off(self, delay: float = 0.0) -> None:
+        self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, delay, 2 * self._retry_delay))
+        self._retry_at = time.monotonic() + self._retry_delay
 
     def _log_requeue(self, dead: DeadChild, report: RecoveryReport) -> None:
         if not (report or dead.crashed):
@@ -303,8 +310,9 @@ class RedisDuties:
         except redis.RedisError as error:
             self.outage.failed(error, time.monotonic())
             return
+        if self.outage.failing_since is not None:
+            self._retry_at = 0.0  # Redis answers again: a requeue goes at the next pass
         self.outage.succeeded(time.monotonic())
-        self._retry_at = 0.0  # Redis answers: a requeue in backoff goes at the next pass
         if beat:
             self._next_heartbeat = now + beat_interval(self.config.heartbeat_ttl)
         for raw in commands:

@@ -24,7 +24,13 @@ from jobmaster.keys import Keys
 from jobmaster.log import handlers_held
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.signals import MASTER_SIGNALS
-from jobmaster.supervisor.duties import DeadChild, MasterState, RedisDuties
+from jobmaster.supervisor.duties import (
+    CONTROL_INTERVAL,
+    RETRY_MAX,
+    DeadChild,
+    MasterState,
+    RedisDuties,
+)
 from tests.helpers import wait_until
 from tests.unit.test_master_loop import FakeRecovery, FakeRedis
 
@@ -131,10 +137,32 @@ def test_a_failed_requeue_backs_off_and_goes_once_redis_answers() -> None:
     assert duties.outage.failing_since is None
 
 
+def test_a_buggy_requeue_is_logged_and_tried_again_later_not_every_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recovery = FakeRecovery()
+    duties, _ = build(recovery)
+    recovery.failures_to_come = 1
+    duties.requeue(dead("a"))
+
+    def bug(identity: str, *, triage: Triage | None = None) -> RecoveryReport:
+        raise KeyError("a bug")
+
+    recovery.requeue_all = bug  # type: ignore[method-assign]
+    duties.run_pass(time.monotonic())
+    assert "child 1 (a): could not requeue its jobs; trying again" in caplog.text
+    duties.run_pass(time.monotonic())  # the control list answers: not a Redis outage
+    assert caplog.text.count("could not requeue") == 1
+    assert duties._retry_at - time.monotonic() > RETRY_MAX - 0.5
+    assert [d.identity for d in duties.pending()] == ["a"]
+
+
 def test_remote_commands_go_to_the_loop_through_its_pipe() -> None:
     duties, client = build()
     client.control += [b"quiet", b"stop"]
-    duties.talk(time.monotonic())
+    now = time.monotonic()
+    duties.talk(now)
+    assert duties._next_wait(now) <= CONTROL_INTERVAL  # the next read comes that soon
     assert readable(duties.wakeup_fd, 0.0)
     assert duties.take_commands() == ["quiet", "stop"]
     duties.drain_wakeup()
