@@ -42,7 +42,7 @@ What it does:
        per slot, reset only by a child living 10 s) delays most
        replacements; ``--min-age 10`` avoids it at ~10 s per round;
    - checks the requeued payload (``crash_count``, ``crash_cause``), the
-     master's log (``child N (pid P) died: SIGKILL ...; requeued 1 job(s)``,
+     master's log (``child N (pid P) died: SIGKILL ...; requeueing its jobs``,
      ``child N started (pid Q)``, any ``restarting in`` backoff line), then
      sets the stop key and waits until nothing is in flight.
 4. Stops the master with SIGTERM (reporting how long it took and its exit

@@ -10,11 +10,13 @@ out, since its message already says them in words ("done in 3.1 ms").
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 CONTEXT_FIELDS = ("child", "jid", "job", "queue")
@@ -102,3 +104,34 @@ def setup_logging(
     root.setLevel(level.upper())
     for name, named_level in (levels or {}).items():
         logging.getLogger(name).setLevel(named_level.upper())
+
+
+@contextlib.contextmanager
+def handlers_held() -> Iterator[None]:
+    """Hold every handler's lock, so no other thread is in the middle of a line.
+
+    For ``fork``: CPython gives a child fresh handler locks, but not fresh
+    copies of what a thread caught in the middle of ``emit`` holds at that
+    instant: the lock of a buffered stream over a Python-level raw stream
+    stays held in the child for ever (tried: the child's first write
+    hangs), as would a socket handler's half-sent line. A thread writes
+    through one handler at a time, so taking them all in turn cannot
+    deadlock. A child forked inside the block has fresh
+    locks already (CPython's at-fork hook): only the parent releases them.
+    """
+    parent = os.getpid()
+    handlers: dict[int, logging.Handler] = {}
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        if isinstance(logger, logging.Logger):
+            handlers.update((id(handler), handler) for handler in logger.handlers)
+    held: list[logging.Handler] = []
+    try:
+        for handler in handlers.values():
+            handler.acquire()
+            held.append(handler)
+        yield
+    finally:
+        if os.getpid() == parent:
+            for handler in reversed(held):
+                handler.release()

@@ -7,11 +7,12 @@ master, its children's identities) every 5 s and registers in
 and master_pid/index for a child) and registers in ``keys.processes``. A
 heartbeat expires after ``heartbeat_ttl``: no heartbeat, not alive.
 
-Commands go to ``control:<identity>``, the list a master reads every half
-second (``talk_to_redis``) and a worker process at each of its heartbeats;
-both accept ``quiet``, ``resume`` and ``stop``. A master forwards quiet and
-resume to its children (as TSTP / CONT) and stops them with itself, so the
-``*_all`` variants tell masters and lone workers only. ``stop`` sent to one
+Commands go to ``control:<identity>``, the list a master reads every
+quarter second (its Redis thread, supervisor/duties.py) and a worker
+process at each of its heartbeats; both accept ``quiet``, ``resume`` and
+``stop``. A master forwards quiet and resume to its children (as TSTP /
+CONT) and stops them with itself, so the ``*_all`` variants tell masters
+and lone workers only. ``stop`` sent to one
 child makes it stop gracefully; its master then forks a replacement.
 """
 

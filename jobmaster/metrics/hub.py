@@ -1,10 +1,12 @@
 """The master's metrics: children's reports in, the master's own events, ``/metrics`` out.
 
-Everything here runs in the master's one thread, inside its loop: the
-report socket and the HTTP sockets are in its ``select`` set, and a scrape
-is answered in the pass that reads it. Reading Redis (queue sizes) and
-/proc (children's memory) happens at scrape time, each cached, so a
-scraper that polls every second costs neither much.
+Everything here runs in the master's loop: the report socket and the HTTP
+sockets are in its ``select`` set, and a scrape is answered in the pass
+that reads it. A scrape never reads Redis (the loop must not wait on it):
+the queue sizes are read by the master's Redis thread (metrics/queues.py)
+and a scrape shows the latest reading. The children's memory is read from
+/proc at scrape time, cached, so a scraper that polls every second costs
+little.
 """
 
 from __future__ import annotations
@@ -18,17 +20,15 @@ from typing import TypeVar
 import redis
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 
-from jobmaster.api.base import Backend
-from jobmaster.api.stats import Stats
 from jobmaster.config import Config
 from jobmaster.errors import JobmasterError
 from jobmaster.metrics.collector import (
     ChildView,
     MasterCounters,
-    QueueSnapshot,
     Scrape,
     ScrapeCollector,
 )
+from jobmaster.metrics.queues import QueueWatch
 from jobmaster.metrics.series import decode
 from jobmaster.metrics.server import PATH, MetricsServer
 from jobmaster.metrics.totals import JobTotals
@@ -38,8 +38,6 @@ from jobmaster.supervisor.children import ChildTable
 
 log = logging.getLogger("jobmaster.metrics.hub")
 
-QUEUE_STATS_TTL = 2.0  # seconds a read of the queues serves scrapes
-REDIS_RETRY_AFTER = 5.0  # seconds without a queue read after one failed (the loop waits on it)
 MAX_REPORTS_PER_PASS = 256  # reports read per loop pass: children cannot hold the loop
 MAX_REPORTS_DRAINED = 100_000  # a bound, far above what the socket's buffer holds
 
@@ -70,15 +68,12 @@ class MetricsHub:
         children: ChildTable,
         wanted: Callable[[], int],
         client: redis.Redis,
-        redis_ok: Callable[[], bool] = lambda: True,
     ) -> None:
         self.config = config
         self.children = children
         self.wanted = wanted
-        # False while the master's own Redis calls fail: a scrape then skips
-        # Redis rather than stall the loop on a timeout of its own.
-        self.redis_ok = redis_ok
-        self._redis_failing = False  # logged once per outage, not once per scrape
+        # Refreshed by the master's Redis thread (duties.py), read by scrapes.
+        self.queue_watch = QueueWatch(client, config.namespace)
         # Made before any fork: every child inherits the sending end. Both
         # ends are non-blocking (the flag is shared by every copy): a child's
         # send never waits, nor does the master's read.
@@ -89,9 +84,6 @@ class MetricsHub:
         self._buffer = bytearray(self.sender.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
         self.totals = JobTotals()
         self.counters = MasterCounters()
-        self.backend = Backend.resolve(client, config.namespace)
-        self._stats: Stats | None = None
-        self._queues = Cached(QUEUE_STATS_TTL, REDIS_RETRY_AFTER)
         self._memory = Cached(config.memory_check_interval, config.memory_check_interval)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(ScrapeCollector(self.scrape))
@@ -175,32 +167,10 @@ class MetricsHub:
             wanted=self.wanted(),
             memory=self._memory.get(lambda: self._measure(children), now) or {},
             counters=self.counters,
-            queues=self._queues.get(self._read_queues, now),
+            queues=self.queue_watch.scraped(now),
         )
 
     def _measure(self, children: list[ChildView]) -> dict[int, float]:
         metric = self.config.memory_metric
         sizes = {c.pid: measure_mb(c.pid, metric) for c in children}
         return {pid: size * MB for pid, size in sizes.items() if size is not None}
-
-    def _read_queues(self) -> QueueSnapshot | None:
-        if not self.redis_ok():
-            return None
-        try:
-            if self._stats is None:
-                self._stats = Stats(self.backend)
-            else:
-                self._stats.refresh()
-        except redis.RedisError as error:
-            if not self._redis_failing:
-                self._redis_failing = True
-                log.warning(
-                    "metrics: cannot read the queues from Redis (%s); next try in %.0fs",
-                    error,
-                    REDIS_RETRY_AFTER,
-                )
-            return None
-        if self._redis_failing:
-            self._redis_failing = False
-            log.info("metrics: reading the queues from Redis again")
-        return self._stats

@@ -1,10 +1,14 @@
 """The master: forks the children, then only supervises. It runs no job code.
 
-Its loop is short: wait (select on the signal wakeup pipe and the children's
-ready pipes, at most a second) -> handle each signal -> reap -> requeue what
-dead children held -> remote commands and heartbeat -> stop overdue children
--> restore the child count. Everything that talks to Redis happens in this
-one thread, so nothing holds a lock across ``fork``.
+Its loop is short: wait (select on the signal wakeup pipe, the Redis
+thread's pipe and the children's ready pipes, at most a second) -> handle
+each signal -> act on remote commands -> reap -> check memory -> stop
+overdue children -> restore the child count -> publish its state. The loop
+never talks to Redis, so no reap, fork, signal or stop deadline waits on
+it (SPEC §8): every Redis duty (dead children's requeues, the control list
+and heartbeat, periodic jobs, history, the queue sizes of /metrics) is
+done by one thread, ``RedisDuties`` (duties.py), which says why forking
+beside it is safe. Only start-up, before any child exists, waits on Redis.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import redis
 
 from jobmaster import exitcodes
 from jobmaster.config import Config
-from jobmaster.connection import byte_list, connect, wait_for_redis
+from jobmaster.connection import connect, wait_for_redis
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.keys import Keys
@@ -45,6 +49,7 @@ from jobmaster.supervisor.children import (
     Child,
     ChildTable,
 )
+from jobmaster.supervisor.duties import DeadChild, MasterState, RedisDuties
 from jobmaster.supervisor.history import HistoryRecorder
 from jobmaster.supervisor.memory import (
     MB,
@@ -55,17 +60,14 @@ from jobmaster.supervisor.memory import (
 )
 from jobmaster.supervisor.sdnotify import Notifier
 from jobmaster.supervisor.spawn import fork_child, warn_about_threads
-from jobmaster.worker.heartbeat import beat_interval
 from jobmaster.worker.identity import Identity
-from jobmaster.worker.loop import OutageLog
 
 log = logging.getLogger("jobmaster.supervisor.master")
 
 STOP_MARGIN = 5.0  # seconds a stopping child gets beyond shutdown_timeout to push back
-# Seconds between reads of the remote control list: "ctl" must act within 1 s,
-# with room for a loaded machine; an idle master pays 4 LPOPs a second for it.
-CONTROL_INTERVAL = 0.25
-CONTROL_BATCH = 100  # remote commands read per look
+# Seconds the Redis thread gets, once the last child is gone, to requeue what
+# is left and clear the heartbeat: a stop ends on time whatever Redis does.
+DUTIES_GRACE = 2.0
 
 
 class Master:
@@ -86,9 +88,6 @@ class Master:
         self.wanted = config.processes
         self.backoff: dict[int, CrashBackoff] = {}
         self.respawn_at: dict[int, float] = {}
-        # Dead children's lists to requeue: (identity, crash cause or None,
-        # event, the digests of the jobs it was running: slots.py).
-        self.pending: list[tuple[str, str | None, str, tuple[bytes, ...] | None]] = []
         self.signals = SignalQueue(MASTER_SIGNALS, wakeup=True)
         self.notifier = Notifier()
         self.quiet = False
@@ -96,22 +95,23 @@ class Master:
         self.interrupts = 0
         self.exit_code = exitcodes.OK
         self.announced_ready = False
-        self.outage = OutageLog("master")
-        self._next_control = 0.0
-        self._next_heartbeat = 0.0
-        self.started_at = time.time()
         self.memory = self.memory_policy()
         self.sizes: dict[int, float] = {}  # pid -> MB, from the last memory check
         self._next_memory_check = 0.0
         self.metrics: MetricsHub | None = None  # /metrics, when metrics_port is set
         if config.metrics_port:
-            self.metrics = MetricsHub(
-                config,
-                self.children,
-                lambda: self.wanted,
-                self.redis,
-                redis_ok=lambda: self.outage.failing_since is None,
-            )
+            self.metrics = MetricsHub(config, self.children, lambda: self.wanted, self.redis)
+        self.duties = RedisDuties(
+            config=config,
+            client=self.redis,
+            keys=self.keys,
+            identity=self.identity,
+            recovery=self.recovery,
+            ticker=self.ticker,
+            history=self.history,
+            queue_watch=self.metrics.queue_watch if self.metrics is not None else None,
+            max_child_mb=self.memory.limit_mb,
+        )
 
     def memory_policy(self) -> MemoryWatch:
         """The per-child limit (a number, or "auto" from the container) and the guard."""
@@ -156,27 +156,27 @@ class Master:
             ",".join(self.config.queues),
         )
         self.recover_left_behind()
+        self.publish()
+        self.duties.start()  # after start-up's own Redis calls, before any fork
         try:
             self.spawn_missing()
             while not (self.stopping and not self.children):
                 self.wait()
                 self.handle_signals()
+                self.take_news()
                 self.reap()
-                self.requeue_pending()
                 if self.embedded is not None:
                     self.embedded.ensure_running()
-                self.talk_to_redis()
                 if not self.stopping:
-                    self.ticker.tick(time.time())  # [periodic.NAME] entries due by now
-                    self.history.tick(time.time())  # once a minute: totals for the chart
                     self.check_memory()
                 self.stop_overdue()
                 if not self.stopping:
                     self.spawn_missing()
                 self.update_title()
+                self.publish()
+                self.duties.ensure_running()
                 self.notifier.watchdog()
-            self.requeue_pending()
-            self.clear_heartbeat()
+            self.finish_duties()
             log.info("master stopped")
             return self.exit_code
         finally:
@@ -187,16 +187,19 @@ class Master:
     def wait(self) -> None:
         self.prune_respawns()
         now = time.monotonic()
-        # At most a second: the loop's other duties are periodic. The control
-        # list has its own, shorter, due time: without it a remote quiet or stop
-        # waited up to a whole second instead of CONTROL_INTERVAL.
-        waits = [1.0, self._next_control - now]
+        # At most a second: the loop's other duties are periodic. A remote
+        # command wakes it at once, through the Redis thread's pipe.
+        waits = [1.0]
         if self.respawn_at and not self.stopping:
             waits.append(min(self.respawn_at.values()) - now)
         if self.memory.limit_mb or self.memory.container_mb:
             waits.append(self._next_memory_check - now)
+        deadlines = [c.stop_deadline for c in self.children if c.stop_deadline is not None]
+        if deadlines:  # a SIGKILL on time, not up to a second late
+            waits.append(min(deadlines) - now)
         timeout = max(0.0, min(waits))
         fds = [fd for fd in (self.signals.wakeup_fd,) if fd is not None]
+        fds.append(self.duties.wakeup_fd)
         fds += [c.ready_fd for c in self.children if c.ready_fd is not None]
         metrics = self.metrics
         fds += metrics.read_fds() if metrics is not None else []
@@ -206,6 +209,7 @@ class Master:
         except InterruptedError:
             readable, writable = [], []
         self.signals.drain_wakeup()
+        self.duties.drain_wakeup()
         for fd in readable:
             child = self.children.by_ready_fd(fd)
             if child is not None:
@@ -446,7 +450,10 @@ class Master:
             self.spawn(index)
 
     def spawn(self, index: int) -> None:
-        others = [c.ready_fd for c in self.children if c.ready_fd is not None]
+        # The master's ends of its other children's pipes are not the new
+        # child's to hold (nor to write to).
+        others = [fd for c in self.children for fd in (c.ready_fd, c.requests_fd) if fd is not None]
+        others += self.duties.fds()
         wakeup = self.signals.wakeup_fd
         metrics = self.metrics
         if metrics is not None:
@@ -531,18 +538,20 @@ class Master:
         if self.metrics is not None:
             restart = "crash" if crashed else "exit" if unexpected else child.restart_reason
             self.metrics.child_gone(child.pid, restart or None)
+        config = self.config
+        triage = None
         if crashed:
-            self.pending.append((child.identity, cause, "died", started))
+            triage = crash_triage(config.max_crashes, config.crash_queue, cause, "died", started)
         elif child.memory_cause is not None and os.WIFSIGNALED(status):
             # Killed by us after its grace: what it still ran bloated it.
             event = "was recycled over its memory limit"
-            self.pending.append((child.identity, child.memory_cause, event, started))
-        else:
-            self.pending.append((child.identity, None, "", started))
-        requeued = self.requeue_pending()
+            memory = child.memory_cause
+            triage = crash_triage(config.max_crashes, config.crash_queue, memory, event, started)
         where, how = f"child {child.index} (pid {child.pid})", exits.describe(status)
+        # Its list is requeued by the Redis thread, which logs the count.
+        self.duties.requeue(DeadChild(child.identity, where, triage, crashed, time.monotonic()))
         if crashed:
-            log.error("%s died: %s; requeued %s", where, how, requeued)
+            log.error("%s died: %s; requeueing its jobs", where, how)
             if exits.exit_code(status) == exitcodes.APP_LOAD_FAILED:
                 log.error("the app failed to import in a child: halting instead of fork-looping")
                 self.exit_code = exitcodes.APP_LOAD_FAILED
@@ -589,54 +598,19 @@ class Master:
         except redis.RedisError as error:  # the children's own scans will do it
             log.warning("could not look for jobs left by dead workers: %s", error)
 
-    def requeue_pending(self) -> str:
-        """Requeue the in-progress lists of dead children; returns a summary."""
-        summary: list[str] = []
-        while self.pending:
-            identity, cause, event, started = self.pending[0]
-            triage = None
-            if cause is not None:
-                config = self.config
-                triage = crash_triage(config.max_crashes, config.crash_queue, cause, event, started)
-            try:
-                report = self.recovery.requeue_all(identity, triage=triage)
-                self.redis.delete(self.keys.heartbeat(identity))
-                self.recovery.forget(identity)
-            except redis.RedisError as error:
-                self.outage.failed(error, time.monotonic())
-                return "nothing yet (Redis unavailable; retrying)"
-            self.pending.pop(0)
+    # -- the Redis thread ---------------------------------------------------------
+    def publish(self) -> None:
+        """What the heartbeat shows, as of this pass: the Redis thread never
+        reads the loop's own (changing) objects."""
+        children = tuple(c.identity for c in self.children)
+        self.duties.publish(MasterState(self.wanted, self.quiet, self.stopping, children))
+
+    def take_news(self) -> None:
+        """Remote commands the Redis thread read, and the requeues it did."""
+        for report in self.duties.take_reports():
             if self.metrics is not None:
                 self.metrics.recovered(report)
-            summary.append(f"{len(report.requeued)} job(s)")
-            if report.buried:
-                summary.append(f"{len(report.buried)} poison pill(s) to the dead set")
-        return ", ".join(summary) or "nothing"
-
-    # -- Redis: remote control and our heartbeat -------------------------------
-    def talk_to_redis(self) -> None:
-        now = time.monotonic()
-        if now < self._next_control:
-            return
-        self._next_control = now + CONTROL_INTERVAL
-        try:
-            # LPOP with a count reads and removes in one command: an idle
-            # master costs Redis one command per CONTROL_INTERVAL.
-            beat = now >= self._next_heartbeat
-            # MULTI only with the heartbeat: its hash must never exist without
-            # its TTL, or the master would look alive forever.
-            pipe = self.redis.pipeline(transaction=beat)
-            pipe.lpop(self.keys.control(self.identity), CONTROL_BATCH)
-            if beat:
-                self._next_heartbeat = now + beat_interval(self.config.heartbeat_ttl)
-                self.queue_heartbeat(pipe)
-            commands = byte_list(pipe.execute()[0] or [])
-            self.outage.succeeded(now)
-        except redis.RedisError as error:
-            self.outage.failed(error, now)
-            return
-        for raw in commands:
-            command = raw.decode(errors="replace")
+        for command in self.duties.take_commands():
             log.info("remote command: %s", command)
             if command == "quiet":
                 self.set_quiet(True)
@@ -647,32 +621,20 @@ class Master:
             else:
                 log.warning("ignored unknown remote command %r", command)
 
-    def queue_heartbeat(self, pipe: redis.client.Pipeline) -> None:
-        key = self.keys.heartbeat(self.identity)
-        pipe.sadd(self.keys.masters, self.identity)
-        pipe.hset(
-            key,
-            mapping={
-                "identity": self.identity,
-                "role": "master",
-                "pid": os.getpid(),
-                "hostname": self.identity.split(":", 1)[0],
-                "queues": ",".join(self.config.queue_names),
-                "concurrency": self.config.concurrency,
-                "processes": self.wanted,
-                "max_child_mb": self.memory.limit_mb,  # the dashboard's memory bars
-                "children": ",".join(c.identity for c in self.children),
-                "quiet": int(self.quiet),
-                "started_at": self.started_at,
-                "beat_at": time.time(),
-            },
-        )
-        pipe.expire(key, max(1, round(self.config.heartbeat_ttl)))
-
-    def clear_heartbeat(self) -> None:
-        with contextlib.suppress(redis.RedisError):  # it expires by itself
-            self.redis.delete(self.keys.heartbeat(self.identity))
-            self.redis.srem(self.keys.masters, self.identity)
+    def finish_duties(self) -> None:
+        """Every child is gone: the Redis thread gets DUTIES_GRACE to requeue
+        what is left and clear the heartbeat, then the master exits regardless."""
+        self.publish()
+        left = self.duties.finish(DUTIES_GRACE)
+        self.take_news()
+        if left:
+            log.warning(
+                "Redis did not answer within %.0fs: the jobs of %s stay in their "
+                "in-progress lists, recovered as after a crash (the next master's "
+                "start-up scan, or a worker's orphan scan)",
+                DUTIES_GRACE,
+                ", ".join(dead.name for dead in left),
+            )
 
     # -- appearance ----------------------------------------------------------
     def status(self) -> str:

@@ -6,6 +6,8 @@ handlers happens with signals blocked, so a child never runs the master's
 handlers. The child gets its own process group: the master decides what
 reaches it (a terminal's Ctrl-C reaches the master, which forwards TERM),
 and when it dies the master can kill the subprocesses its jobs left behind.
+The master forks while its Redis thread runs: supervisor/duties.py says why
+that is safe.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from jobmaster import exitcodes
 from jobmaster.app import AppImportError, load_app
 from jobmaster.config import Config
-from jobmaster.log import set_process_fields
+from jobmaster.log import handlers_held, set_process_fields
 from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import CHILD_SIGNALS, MASTER_SIGNALS, SignalQueue, reset_in_child
 from jobmaster.slots import StartedSlots
@@ -71,7 +73,9 @@ def fork_child(
     gc.freeze()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
     try:
-        pid = os.fork()
+        # The master's Redis thread logs too: no line half written at fork.
+        with handlers_held():
+            pid = os.fork()
     except OSError:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         for fd in (read_fd, write_fd, requests_read, requests_write):

@@ -140,7 +140,8 @@ def test_a_sigkilled_child_s_job_restarts_elsewhere_at_once(
     pids = working_children(store, master, 2)
     assert victim not in pids  # replaced
     log = master.log()
-    assert f"(pid {victim}) died: SIGKILL (out of memory?); requeued 1 job(s)" in log
+    assert f"(pid {victim}) died: SIGKILL (out of memory?); requeueing its jobs" in log
+    assert f"(pid {victim}): requeued 1 job(s)" in log  # by the master's Redis thread
     master.signal(signal.SIGTERM)
     assert master.wait(timeout=15) == 0
 

@@ -2,7 +2,8 @@
 
 ``fork_child`` hands back made-up pids with a real pipe as the ready pipe;
 ``os.kill``/``os.killpg`` are recorded, never sent; recovery and Redis are
-fakes that record what the master asked of them.
+fakes that record what the master asked of them. The Redis thread is never
+started: ``die`` gives it its turn in the test's own thread.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import redis
 from jobmaster import exitcodes
 from jobmaster.config import Config
 from jobmaster.pipes import RequestReader
+from jobmaster.poison import crash_triage
 from jobmaster.recovery import RecoveryReport, Triage
-from jobmaster.slots import StartedSlots, digest
+from jobmaster.slots import StartedSlots
 from jobmaster.supervisor import master as master_module
 from jobmaster.supervisor.backoff import FIRST_DELAY
 from jobmaster.supervisor.children import (
@@ -33,6 +35,7 @@ from jobmaster.supervisor.children import (
     STOPPING,
     Child,
 )
+from jobmaster.supervisor.duties import DeadChild
 from jobmaster.supervisor.master import STOP_MARGIN, Master
 from jobmaster.supervisor.spawn import Forked
 
@@ -62,10 +65,45 @@ class FakeRecovery:
 class FakeRedis:
     def __init__(self) -> None:
         self.deleted: list[str] = []
+        self.control: list[bytes] = []  # the master's remote control list
+        self.heartbeats: list[dict[str, Any]] = []  # each HSET of the master's heartbeat
+        self.removed: list[tuple[str, str]] = []  # SREMs: (set, member)
 
     def delete(self, *keys: str) -> int:
         self.deleted.extend(keys)
         return len(keys)
+
+    def srem(self, key: str, *members: str) -> int:
+        self.removed.extend((key, member) for member in members)
+        return len(members)
+
+    def pipeline(self, transaction: bool = True) -> FakePipeline:
+        return FakePipeline(self)
+
+
+class FakePipeline:
+    """The Redis thread's control read and heartbeat: one reply per command."""
+
+    def __init__(self, redis: FakeRedis) -> None:
+        self.redis = redis
+        self.replies: list[Any] = []
+
+    def lpop(self, key: str, count: int) -> None:
+        taken, self.redis.control[:count] = self.redis.control[:count], []
+        self.replies.append(taken or None)
+
+    def sadd(self, key: str, *members: str) -> None:
+        self.replies.append(len(members))
+
+    def hset(self, key: str, mapping: dict[str, Any]) -> None:
+        self.redis.heartbeats.append(mapping)
+        self.replies.append(len(mapping))
+
+    def expire(self, key: str, seconds: int) -> None:
+        self.replies.append(True)
+
+    def execute(self) -> list[Any]:
+        return self.replies
 
 
 class FakeNotifier:
@@ -106,6 +144,8 @@ class Harness:
         self.notifier = FakeNotifier()
         self.master.recovery = self.recovery  # type: ignore[assignment]
         self.master.redis = self.redis  # type: ignore[assignment]
+        self.master.duties.recovery = self.recovery  # type: ignore[assignment]
+        self.master.duties.redis = self.redis  # type: ignore[assignment]
         self.master.notifier = self.notifier  # type: ignore[assignment]
 
     # -- the seams -------------------------------------------------------
@@ -172,9 +212,16 @@ class Harness:
         return self.children()
 
     def die(self, child: Child, status: int) -> None:
-        """What ``reap`` does for one of ours."""
+        """What ``reap`` does for one of ours, then the Redis thread's requeue
+        and the loop taking its news (the metrics count the requeue)."""
         assert self.master.children.pop(child.pid) is child
         self.master.child_exited(child, status)
+        self.requeue()
+
+    def requeue(self) -> list[RecoveryReport]:
+        reports = self.master.duties.requeue_due(time.monotonic() + 5.0)
+        self.master.take_news()
+        return reports
 
     def signals_to(self, child: Child) -> list[int]:
         return [signum for pid, signum in self.kills if pid == child.pid]
@@ -227,8 +274,13 @@ def test_spawn_missing_forks_one_child_per_process_with_indexes_1_to_n(harness: 
     assert all(c.state == STARTING for c in children)
     assert all(c.ready_fd is not None for c in children)
     assert [c.identity for c in children] == [f"h:{c.pid}:n" for c in children]
-    # each child closes the ready pipes of those forked before it
-    assert harness.forks[2][1][:2] == [children[0].ready_fd, children[1].ready_fd]
+    # each child closes the master's ends of the pipes of those forked before it
+    assert harness.forks[2][1][:4] == [
+        children[0].ready_fd,
+        children[0].requests_fd,
+        children[1].ready_fd,
+        children[1].requests_fd,
+    ]
     harness.master.spawn_missing()
     assert len(harness.forks) == 3  # nothing missing: nothing forked
     assert harness.kills == []
@@ -281,7 +333,7 @@ def test_unexpected_death_requeues_with_crash_triage_and_backs_off(harness: Harn
     assert (payload["crash_count"], payload["crash_cause"], reason) == (1, "SIGKILL", None)
     assert harness.recovery.forgotten == [child.identity]
     assert harness.redis.deleted == [harness.master.keys.heartbeat(child.identity)]
-    assert harness.master.pending == []
+    assert harness.master.duties.pending() == ()
     assert harness.killpgs == [(child.pid, signal.SIGKILL)]  # what its jobs left behind
 
     # it died right after start: its slot is refilled after the backoff, not at once
@@ -390,6 +442,8 @@ def test_reap_collects_ours_and_strangers(
     assert statuses == []
     assert child.pid not in harness.master.children.by_pid
     assert len(harness.master.children) == 2
+    assert harness.recovery.requeued == []  # the Redis thread's work, not the loop's
+    harness.requeue()
     assert harness.recovery.requeued[0][0] == child.identity
 
 
@@ -417,21 +471,38 @@ def record_select_timeouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return timeouts
 
 
-def test_wait_wakes_up_when_the_control_list_is_due(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A remote quiet or stop is read every CONTROL_INTERVAL, not once per idle second."""
-    timeouts = record_select_timeouts(monkeypatch)
-    harness.start_all()
-    harness.master._next_control = time.monotonic() + master_module.CONTROL_INTERVAL
-    harness.master.wait()
-    assert 0.0 < timeouts[0] <= master_module.CONTROL_INTERVAL
+def test_a_remote_command_wakes_the_loop_at_once(harness: Harness) -> None:
+    """The Redis thread reads the control list every CONTROL_INTERVAL; what it
+    read wakes the loop's select through its pipe, not after an idle second."""
+    children = harness.start_all()
+    harness.redis.control.append(b"quiet")
+    harness.master.duties.talk(time.monotonic())  # the Redis thread's read
+    started = time.monotonic()
+    harness.master.wait()  # the real select, up to a second
+    assert time.monotonic() - started < 0.5
+    harness.master.take_news()
+    assert is_quiet(harness.master)
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTSTP) for c in children)
+
+
+def test_the_heartbeat_shows_the_state_the_loop_published(harness: Harness) -> None:
+    children = harness.start_all()
+    harness.master.handle_sigttin()
+    harness.master.set_quiet(True)
+    harness.master.publish()
+    harness.master.duties.talk(time.monotonic())
+    [beat] = harness.redis.heartbeats
+    assert beat["processes"] == 4
+    assert beat["quiet"] == 1
+    assert beat["children"] == ",".join(c.identity for c in children)
+    assert beat["role"] == "master"
+    harness.master.duties.talk(time.monotonic())  # read the list again, no beat yet
+    assert len(harness.redis.heartbeats) == 1
 
 
 def test_wait_wakes_up_for_a_due_respawn(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     timeouts = record_select_timeouts(monkeypatch)
     harness.start_all()
-    harness.master._next_control = float("inf")  # this test is about the respawn alone
     harness.master.wait()
     harness.die(harness.child(1), killed_by(signal.SIGKILL))
     harness.master.wait()
@@ -444,7 +515,6 @@ def test_ttou_below_a_slot_in_backoff_does_not_make_the_loop_spin(
 ) -> None:
     timeouts = record_select_timeouts(monkeypatch)
     harness.start_all()
-    harness.master._next_control = float("inf")  # this test is about the respawn alone
     harness.die(harness.child(3), exited_with(1))  # right after start: back in 0.1 s
     harness.master.handle_sigttou()  # the operator shrinks the pool meanwhile
     assert harness.kills == []  # two serving children are what is wanted now
@@ -464,13 +534,12 @@ def test_redis_error_keeps_the_dead_childs_list_pending_until_it_works(harness: 
     harness.recovery.failures_to_come = 1
     harness.die(child, killed_by(signal.SIGKILL))
     assert harness.recovery.requeued == []
-    assert harness.master.pending == [
-        (child.identity, "SIGKILL", "died", (digest(b"the job it ran"),))
-    ]
+    [pending] = harness.master.duties.pending()
+    assert (pending.identity, pending.crashed) == (child.identity, True)
     assert harness.recovery.forgotten == []
 
-    assert harness.master.requeue_pending() == "1 job(s)"
-    assert harness.master.pending == []
+    assert [report.requeued for report in harness.requeue()] == [["jid-1"]]
+    assert harness.master.duties.pending() == ()
     identity, triage = harness.recovery.requeued[0]
     assert identity == child.identity
     assert triage is not None  # still treated as the crash it was
@@ -480,15 +549,20 @@ def test_redis_error_keeps_the_dead_childs_list_pending_until_it_works(harness: 
     assert harness.recovery.forgotten == [child.identity]
 
 
-def test_requeue_pending_keeps_order_and_stops_at_the_first_error(harness: Harness) -> None:
-    harness.master.pending = [("a", None, "", None), ("b", "SIGKILL", "died", None)]
+def test_requeues_keep_order_and_stop_at_the_first_error(harness: Harness) -> None:
+    duties = harness.master.duties
+    crash = crash_triage(3, "", "SIGKILL", "died")
+    first = DeadChild("a", "child 1 (pid 1)", None, False, time.monotonic())
+    second = DeadChild("b", "child 2 (pid 2)", crash, True, time.monotonic())
+    duties.requeue(first)
+    duties.requeue(second)
     harness.recovery.failures_to_come = 1
-    assert harness.master.requeue_pending() == "nothing yet (Redis unavailable; retrying)"
-    assert harness.master.pending == [("a", None, "", None), ("b", "SIGKILL", "died", None)]
-    assert harness.master.requeue_pending() == "1 job(s), 1 job(s)"
+    assert harness.requeue() == []
+    assert duties.pending() == (first, second)
+    assert len(harness.requeue()) == 2
     assert [identity for identity, _ in harness.recovery.requeued] == ["a", "b"]
     assert harness.recovery.requeued[0][1] is None
-    assert harness.recovery.requeued[1][1] is not None
+    assert harness.recovery.requeued[1][1] is crash  # the master's triage, unchanged
 
 
 # -- pool size: TTIN / TTOU ------------------------------------------------

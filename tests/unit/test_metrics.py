@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 import pytest
+import redis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,6 +20,12 @@ from jobmaster.config import Config
 from jobmaster.metrics.collector import ChildView, MasterCounters, Scrape, ScrapeCollector
 from jobmaster.metrics.hub import MAX_REPORTS_PER_PASS, Cached, MetricsHub
 from jobmaster.metrics.jobs import UNREGISTERED, JobMetrics, Reporter
+from jobmaster.metrics.queues import (
+    IDLE_INTERVAL,
+    QUEUE_STATS_TTL,
+    REDIS_RETRY_AFTER,
+    QueueWatch,
+)
 from jobmaster.metrics.series import BUCKETS, Report, Series, decode, encode
 from jobmaster.metrics.totals import JobTotals
 from jobmaster.recovery import RecoveryReport
@@ -137,8 +144,6 @@ def test_totals_sum_the_children_and_keep_a_gone_child_s_counts() -> None:
 def hub(free_port: int) -> Any:
     config = Config(metrics_port=free_port, redis_url=NOBODY_LISTENS)
     children = ChildTable()
-    import redis
-
     built = MetricsHub(config, children, lambda: 1, redis.Redis.from_url(NOBODY_LISTENS))
     # This process plays the child that reports.
     children.add(Child(1, os.getpid(), "h:me:n", 0.0, state=RUNNING))
@@ -215,15 +220,34 @@ def test_a_scrape_without_redis_says_so_and_shows_the_rest(hub: MetricsHub) -> N
     assert scrape.memory[os.getpid()] > 0  # this process, measured as a child would be
 
 
-def test_a_scrape_skips_redis_while_the_master_cannot_reach_it(
+def test_a_scrape_never_reads_redis_it_shows_the_redis_thread_s_last_reading(
     hub: MetricsHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_call(*args: Any) -> None:
-        raise AssertionError("Redis was called during a known outage")
+    """A scrape runs in the master's loop, which must not wait on Redis."""
 
-    monkeypatch.setattr("jobmaster.metrics.hub.Stats", no_call)
-    hub.redis_ok = lambda: False
-    assert hub.scrape().queues is None
+    def no_call(*args: Any) -> None:
+        raise AssertionError("a scrape read Redis")
+
+    monkeypatch.setattr("jobmaster.metrics.queues.Stats", no_call)
+    assert hub.scrape().queues is None  # nothing read yet
+    reading = FakeStats()
+    hub.queue_watch.latest = reading  # what the Redis thread's refresh leaves
+    assert hub.scrape().queues is reading
+
+
+def test_the_queues_are_read_while_scraped_and_seldom_otherwise() -> None:
+    watch = QueueWatch(redis.Redis.from_url(NOBODY_LISTENS), "jobmaster")
+    assert watch.due(0.0)  # never read
+    watch.refresh(100.0)  # nobody listens: a failed read
+    assert watch.latest is None
+    assert not watch.due(100.0 + REDIS_RETRY_AFTER - 0.1)
+    assert watch.due(100.0 + REDIS_RETRY_AFTER)
+    watch._failing, watch._read_at = False, 200.0  # as after a good read at 200
+    assert not watch.due(200.0 + QUEUE_STATS_TTL)  # nobody scraped: idle
+    assert watch.due(200.0 + IDLE_INTERVAL)
+    watch.scraped(201.0)  # a scraper comes: fresh numbers for its next visit
+    assert watch.due(200.0 + QUEUE_STATS_TTL)
+    assert not watch.due(200.0 + QUEUE_STATS_TTL - 0.1)
 
 
 # -- rendering ---------------------------------------------------------------------------
