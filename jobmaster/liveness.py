@@ -30,6 +30,7 @@ from pathlib import Path
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 PID_NAMESPACE = Path("/proc/self/ns/pid")
 PROC = Path("/proc")
+PID_MAX = 2**22  # Linux's largest pid_max
 
 
 @functools.cache
@@ -80,14 +81,24 @@ def provably_dead(heartbeat: Mapping[str, str]) -> bool:
     here = locus()
     if not here or heartbeat.get("locus") != here:
         return False
-    try:
-        if not _gone(int(heartbeat["pid"]), int(heartbeat["pid_started"])):
-            return False
-        if "master_pid" not in heartbeat:
-            return True  # a ``jobmaster worker``: nobody else will requeue it
-        return _gone(int(heartbeat["master_pid"]), int(heartbeat["master_started"]))
-    except (KeyError, ValueError):
+    pid, started = _number(heartbeat, "pid"), _number(heartbeat, "pid_started")
+    if pid is None or started is None or not _gone(pid, started):
         return False
+    if "master_pid" not in heartbeat:
+        return True  # a ``jobmaster worker``: nobody else will requeue it
+    master, master_started = _number(heartbeat, "master_pid"), _number(heartbeat, "master_started")
+    return master is not None and master_started is not None and _gone(master, master_started)
+
+
+def _number(heartbeat: Mapping[str, str], name: str) -> int | None:
+    """A field read from Redis, as a whole number from 1; None if it is anything
+    else (then the process is not judged). A pid of 0 or below is a process
+    *group* to ``kill`` (-1: every process), never a worker."""
+    text = heartbeat.get(name)
+    if text is None or not text.isascii() or not text.isdigit():
+        return None
+    value = int(text[:40])  # bounded: a 100 MB "number" is not parsed whole
+    return value if value >= 1 else None
 
 
 def _gone(pid: int, started: int) -> bool:
@@ -97,6 +108,8 @@ def _gone(pid: int, started: int) -> bool:
     Asked of the kernel first: /proc may hide other users' processes
     (``hidepid``), and a process we cannot see is not a process that died.
     """
+    if pid > PID_MAX:
+        return True  # no process of this machine can have it
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

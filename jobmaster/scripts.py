@@ -108,35 +108,55 @@ return taken
 # and only the holder of an entry may record its outcome (SPEC §8, "one
 # place at a time"). Recording it anyway left a job both in its queue and
 # in the retry set.
+# Every value in Redis may be corrupt (SPEC §8): the job is never removed
+# from the in-progress list unless its outcome is stored. The one write its
+# future depends on (ZADD into the retry or dead set) is checked, and on
+# failure (the set's key holds another type) the entry goes back and the
+# script fails: the job stays ours, recorded later or requeued, never lost.
+# The rest cannot stop it: a counter that is not a number (INCR would
+# raise, after the LREM, losing the job) starts over at 1; an attempts list
+# or unique lock of another type is replaced or left. LREM stays the first
+# write: Redis never refuses it under OOM, and a script's later writes are
+# then never refused either (see the module docstring).
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH_BODY = """
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if removed == 0 then return 0 end
-if ARGV[2] ~= '-' then
-  redis.call('INCR', KEYS[2])
-  redis.call('INCR', KEYS[3])
-  redis.call('EXPIRE', KEYS[3], ARGV[3])
-end
-if ARGV[2] == '1' then
-  redis.call('INCR', KEYS[4])
-  redis.call('INCR', KEYS[5])
-  redis.call('EXPIRE', KEYS[5], ARGV[3])
-end
 if ARGV[4] ~= '' then
-  redis.call('ZADD', KEYS[6], ARGV[6], ARGV[5])
+  local added = redis.pcall('ZADD', KEYS[6], ARGV[6], ARGV[5])
+  if type(added) == 'table' and added.err then
+    redis.call('LPUSH', KEYS[1], ARGV[1])
+    return redis.error_reply('outcome not stored (' .. KEYS[6] .. '): ' .. added.err)
+  end
   if ARGV[4] == 'dead' then
     redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[8])
     redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -tonumber(ARGV[7]) - 1)
   end
 end
+local function count(key)
+  if type(redis.pcall('INCR', key)) == 'table' then redis.call('SET', key, 1) end
+end
+if ARGV[2] ~= '-' then
+  count(KEYS[2])
+  count(KEYS[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
+if ARGV[2] == '1' then
+  count(KEYS[4])
+  count(KEYS[5])
+  redis.call('EXPIRE', KEYS[5], ARGV[3])
+end
 if ARGV[9] ~= '' then
   redis.call('SET', KEYS[7], ARGV[9], 'EX', ARGV[11])
   if ARGV[10] ~= '' then
-    redis.call('RPUSH', KEYS[8], ARGV[10])
+    if type(redis.pcall('RPUSH', KEYS[8], ARGV[10])) == 'table' then
+      redis.call('DEL', KEYS[8])
+      redis.call('RPUSH', KEYS[8], ARGV[10])
+    end
     redis.call('EXPIRE', KEYS[8], ARGV[11])
   end
 end
-if ARGV[12] ~= '' and redis.call('GET', KEYS[9]) == ARGV[13] then
+if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
   if ARGV[12] == 'release' then
     redis.call('DEL', KEYS[9])
   else

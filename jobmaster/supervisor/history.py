@@ -43,9 +43,18 @@ class HistoryRecorder:
                 self.keys.stat("processed"), self.keys.stat("failed")
             )
             sample = json.dumps(
-                {"at": now, "processed": int(processed or 0), "failed": int(failed or 0)}
+                {"at": now, "processed": _total(processed), "failed": _total(failed)}
             )
             self.redis.set(self.keys.history(minute), sample, nx=True, ex=HISTORY_TTL)
         except redis.RedisError as error:
             log.debug("history: no sample for this minute: %s", error)
         return True
+
+
+def _total(value: bytes | str | None) -> int:
+    """A counter as stored; one that is not a whole number (written by
+    something else) counts as 0 rather than stop the sample, every minute."""
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > 19:
+        return 0
+    return int(text)

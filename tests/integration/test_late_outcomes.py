@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from jobmaster.client import Client
@@ -137,3 +138,46 @@ def test_a_timeout_is_not_swallowed_by_the_jobs_own_except_exception(
     assert not store.sismember("test:done", "swallower")
     [entry] = [json.loads(raw) for raw in store.zrange(K.dead, 0, -1)]
     assert (entry["jid"], entry["error_class"]) == (jid, "JobTimeout")
+
+
+def test_a_counter_that_is_not_a_number_neither_loses_the_job_nor_stops_the_count(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    client: Client,
+    store: redis.Redis,
+) -> None:
+    """INCR of a corrupt counter raised after the LREM, and Redis keeps a
+    failing script's earlier writes: the job was in no place at all."""
+    store.set(K.stat("processed"), "x")
+    store.set(K.stat("failed"), "not a number either")
+    running_worker(make_config(concurrency=1))
+    jid = client.push({"job": "tests.fails", "args": ["corrupt-counters"]})
+    wait_until(lambda: store.zcard(K.retry) == 1, timeout=10, message="in the retry set")
+    [entry] = [json.loads(raw) for raw in store.zrange(K.retry, 0, -1)]
+    assert entry["jid"] == jid
+    assert store.get(K.stat("processed")) == b"1"  # started over
+    assert store.get(K.stat("failed")) == b"1"
+    assert store.get(K.status(jid)) == b"retrying"
+
+
+def test_an_outcome_that_cannot_be_stored_leaves_the_job_held_not_lost(
+    make_config: Callable[..., Config],
+    client: Client,
+    store: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The retry set's key holds a string: the ZADD fails, and the entry stays
+    in the in-progress list (recorded later, or requeued by the self-check)."""
+    from jobmaster.worker import outcome as outcomes
+
+    store.set(K.retry, "not a sorted set")
+    worker = WorkerProcess(make_config(concurrency=1))
+    client.push({"job": "tests.fails", "args": ["unstorable"]})
+    [unit] = worker.manager.fetcher.fetch_many(1)
+    failed = outcomes.decide_failure(
+        json.loads(unit.raw), RuntimeError("boom"), None, time.time(), 2
+    )
+    monkeypatch.setattr(outcomes, "RECORD_ATTEMPTS_FOR", 0.0)  # one try
+    assert outcomes.record(worker.ctx, unit.raw, failed) is False
+    assert store.lrange(worker.ctx.inprogress_key, 0, -1) == [unit.raw]
+    assert store.get(K.stat("processed")) is None  # nothing of it was written

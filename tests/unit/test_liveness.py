@@ -106,3 +106,16 @@ def test_start_times_are_ticks_since_boot_not_wall_clock() -> None:
     """A clock stepped by NTP must not make a live process look like another."""
     ticks = liveness.started_at(os.getpid())
     assert isinstance(ticks, int) and 0 < ticks < os.sysconf("SC_CLK_TCK") * 10**8
+
+
+@pytest.mark.parametrize(
+    "pid",
+    ["99999999999999999999", "0", "-1", "-5", "+3", "1e9", " 12", "١٢", "9" * 5000],
+)
+def test_a_forged_pid_is_never_a_process_group_nor_an_overflow(pid: str) -> None:
+    """A heartbeat of this machine with an absurd pid: judged without raising
+    (a pid past the C range stopped a starting master with OverflowError), and
+    never handed to kill() as 0 or a negative number (a process group)."""
+    forged = {"locus": liveness.locus(), "pid": pid, "pid_started": "1"}
+    judged = liveness.provably_dead(forged)
+    assert judged is (pid in ("99999999999999999999", "9" * 5000))  # none can have it
