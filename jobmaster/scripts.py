@@ -12,8 +12,8 @@ fresh server that replaced the old one).
 Out of memory. A Redis over its ``maxmemory`` (``noeviction``) refuses a
 script's command that could grow memory only until the script has run its
 first write command: it never stops a script half way. So PUSH, FETCH,
-PERIODIC and PUSH_UNIQUE, whose first write is such a command, are refused
-whole, with nothing done (the caller backs off or raises EnqueueError),
+PERIODIC, PUSH_UNIQUE and MARK, whose first write is such a command, are
+refused whole, with nothing done (the caller backs off or raises EnqueueError),
 while FINISH, TRANSFER and BURY, which begin with an LREM/ZREM (writes Redis never
 refuses, since they free memory), run to the end: outcomes,
 acknowledgements and requeues are still recorded when Redis is full. That
@@ -47,34 +47,28 @@ return n
 
 # FETCH: reliable fetch. Moves the oldest payloads of the first non-paused,
 # non-empty queues into this worker's in-progress list, in one step, so a
-# job is never only in the worker's memory. Takes up to ARGV[3] jobs (the
+# job is never only in the worker's memory. Takes up to ARGV[1] jobs (the
 # threads of the process waiting to fetch at that moment: one round trip
 # serves them all), from the first queue in the given order and, if it runs
 # dry, from the next ones.
-# Marks each job "working": its status key is the prefix plus the payload's
-# jid, known only once the payload is read, so it is built here; it has the
-# namespace's hash tag like every key, so the script stays on one slot.
+# It does not mark the jobs "working": a job's status key is named after its
+# jid, unknown until the payload is read, and every key a script touches must
+# be in KEYS. A job is marked when it starts, by MARK, in a round trip the
+# process makes anyway (see worker/acks.py).
 # KEYS[1] in-progress list, KEYS[2] paused set, KEYS[3..] queue lists
-# ARGV[1] status key prefix ('' = status off), ARGV[2] status TTL (s),
-# ARGV[3] the most jobs to take, ARGV[4..] queue names, in the order of KEYS[3..]
+# ARGV[1] the most jobs to take, ARGV[2..] queue names, in the order of KEYS[3..]
 # Returns {jobs left in the last queue taken from, payload, its queue name,
 # payload, its queue name, ...}, or nil when every queue is empty or paused.
 FETCH = """
-local want = tonumber(ARGV[3])
+local want = tonumber(ARGV[1])
 local taken, left = {0}, 0
 for i = 3, #KEYS do
-  local name = ARGV[i + 1]
+  local name = ARGV[i - 1]
   if #taken > 2 * want then break end
   if redis.call('SISMEMBER', KEYS[2], name) == 0 then
     while #taken <= 2 * want do
       local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
       if not payload then break end
-      if ARGV[1] ~= '' then
-        local ok, job = pcall(cjson.decode, payload)
-        if ok and type(job) == 'table' and type(job.jid) == 'string' then
-          redis.call('SET', ARGV[1] .. job.jid, 'working', 'EX', ARGV[2])
-        end
-      end
       taken[#taken + 1] = payload
       taken[#taken + 1] = name
       left = i
@@ -84,6 +78,25 @@ end
 if #taken == 1 then return nil end
 taken[1] = redis.call('LLEN', KEYS[left])
 return taken
+"""
+
+# MARK: mark jobs that started as "working", each only if its payload is
+# still in the in-progress list: a job pushed back, recovered from under us
+# or already acknowledged keeps the status it has.
+# KEYS[1] in-progress list, KEYS[2..] each job's status key
+# ARGV pairs, in the order of KEYS[2..]: the job's payload as fetched, and the
+# status's TTL in ms (status_ttl less the time it has run, so that the TTL
+# still tells when it started: the dashboard's runtime)
+# Returns the number of jobs marked.
+MARK = """
+local marked = 0
+for i = 2, #KEYS do
+  if redis.call('LPOS', KEYS[1], ARGV[2 * i - 3]) then
+    redis.call('SET', KEYS[i], 'working', 'PX', ARGV[2 * i - 2])
+    marked = marked + 1
+  end
+end
+return marked
 """
 
 # FINISH: record a job's outcome and acknowledge it, as one step, so the
@@ -501,6 +514,7 @@ class Scripts:
     def __init__(self, client: redis.Redis) -> None:
         self.push = client.register_script(PUSH)
         self.fetch = client.register_script(FETCH)
+        self.mark = client.register_script(MARK)
         self.finish = client.register_script(FINISH)
         self.finish_step = client.register_script(FINISH_STEP)
         self.bury = client.register_script(BURY)

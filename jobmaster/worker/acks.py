@@ -11,16 +11,53 @@ own), its reply goes to the thread that asked, and a connection error fails
 every call of the round trip alike, since any of them may have run: each
 thread's ``record`` then re-sends its own with the "resent" guard, exactly
 as after a lost reply of a single call.
+
+"Working" marks ride here too. FETCH cannot write a fetched job's status:
+its key is named after the jid, inside the payload, and a script must be
+given every key it touches. A round trip of its own after each fetch would
+cost a round trip a job on the hot path (throughput is round-trip bound). So
+a job starting leaves its mark here (``mark``), and:
+
+- a job that ends within MARK_DELAY has its mark dropped by its own FINISH
+  (``settles``), which writes its final status: a "working" there would
+  have been overwritten in the same moment, seen by no one;
+- a job still running after MARK_DELAY is marked by the next round trip of
+  this class, one more script call (MARK) in its pipeline, or else by the
+  flusher thread's own round trip: nothing a job thread waits for, and
+  little for Redis next to a job that long.
+
+Marks go out under the send lock, like the FINISHes, so a job's mark never
+reaches Redis after its FINISH; and MARK writes only while the payload is
+still in our in-progress list, so a job pushed back or recovered from under
+us is not marked "working" again.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.commands.core import Script
+
+log = logging.getLogger("jobmaster.worker.acks")
+
+# Seconds a started job's "working" mark waits for a round trip to ride in:
+# no-op and short jobs end first, and their FINISH makes it moot.
+MARK_DELAY = 0.05
+
+
+@dataclass(frozen=True)
+class Marking:
+    """Where and how long the "working" marks go (status tracking on)."""
+
+    script: Script  # MARK
+    inprogress_key: str
+    status_ttl: int  # seconds
 
 
 class Call:
@@ -47,25 +84,105 @@ class Call:
 class Acks:
     """Sends the script calls of the threads of one process, combined."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, marking: Marking | None = None) -> None:
         self.client = client
+        self.marking = marking
         self._send_lock = threading.Lock()  # one round trip at a time
         self._queue_lock = threading.Lock()
         self._queued: list[Call] = []
+        # status key -> (monotonic time the job started, its payload as fetched)
+        self._marks: dict[str, tuple[float, bytes]] = {}
+        self._marks_changed = threading.Condition(threading.Lock())
+        self._flusher: threading.Thread | None = None
+        self._flusher_idle = False  # waiting for a first mark: only then is it woken
 
-    def call(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """``script(keys, args)``, possibly in the same round trip as other threads'."""
+    def call(
+        self,
+        script: Script,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        *,
+        settles: str | None = None,
+    ) -> Any:
+        """``script(keys, args)``, possibly in the same round trip as other threads'.
+
+        ``settles``: the status key this call writes (a FINISH): a "working"
+        mark still waiting for it is dropped.
+        """
+        if settles is not None and self._marks:
+            with self._marks_changed:
+                self._marks.pop(settles, None)
         call = Call(script, keys, args)
         with self._queue_lock:
             self._queued.append(call)
         with self._send_lock:
             if not call.done:
-                with self._queue_lock:
-                    calls, self._queued = self._queued, []
-                self._send(calls)
+                self._send_queued()
         if call.error is not None:
             raise call.error
         return call.reply
+
+    def mark(self, status_key: str, raw: bytes) -> None:
+        """A job started: mark it "working" in a round trip made anyway (see above)."""
+        if self.marking is None:
+            return
+        with self._marks_changed:
+            self._marks[status_key] = (time.monotonic(), raw)
+            if self._flusher is None:  # started in the process that runs jobs
+                self._flusher = threading.Thread(
+                    target=self._flush_marks, name="jobmaster-status-marks", daemon=True
+                )
+                self._flusher.start()
+            elif self._flusher_idle:  # else it wakes on its own when the oldest is due
+                self._marks_changed.notify()
+
+    def _flush_marks(self) -> None:
+        """The flusher thread: sends the marks no other round trip took in time."""
+        while True:
+            with self._marks_changed:
+                while not self._marks:
+                    self._flusher_idle = True
+                    self._marks_changed.wait()
+                    self._flusher_idle = False
+                oldest = min(started for started, _ in self._marks.values())
+                wait = oldest + MARK_DELAY - time.monotonic()
+                if wait > 0:
+                    self._marks_changed.wait(wait)
+                    continue
+            try:
+                with self._send_lock:
+                    self._send_queued()
+            except Exception:  # never end the thread: marks would pile up unsent
+                log.exception("could not send the working marks")
+
+    def _send_queued(self) -> None:
+        """Under the send lock: every call queued, and the marks that are due."""
+        with self._queue_lock:
+            calls, self._queued = self._queued, []
+        marks = self._due_marks()
+        if marks is not None:
+            calls.insert(0, marks)  # before any FINISH of the same job
+        if calls:
+            self._send(calls)
+        if marks is not None and marks.error is not None:
+            log.debug("could not mark jobs working: %s", marks.error)
+
+    def _due_marks(self) -> Call | None:
+        """One MARK call for the marks older than MARK_DELAY (taken out), if any."""
+        marking = self.marking
+        if marking is None or not self._marks:
+            return None
+        now = time.monotonic()
+        keys: list[Any] = [marking.inprogress_key]
+        args: list[Any] = []
+        with self._marks_changed:
+            for key, (started, raw) in list(self._marks.items()):
+                if now - started >= MARK_DELAY:
+                    del self._marks[key]
+                    ttl_ms = marking.status_ttl * 1000 - round((now - started) * 1000)
+                    keys.append(key)
+                    args += [raw, max(1, ttl_ms)]
+        return Call(marking.script, keys, args) if args else None
 
     def _send(self, calls: list[Call]) -> None:
         if len(calls) == 1:
