@@ -3,12 +3,11 @@
 FETCH no longer writes the status (its key is not known before the fetch,
 and a script may only touch the keys it is given), and a round trip of its
 own per job would slow the hot path. A short job's mark is dropped by its
-own FINISH; a longer job's rides the next round trip, or the flusher's.
+own FINISH; a longer job's goes out in the flusher's round trip.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -64,18 +63,6 @@ def test_a_short_jobs_mark_is_dropped_by_its_finish(store: redis.Redis) -> None:
     acks.call(finish, [K.status("short")], ["complete"], settles=K.status("short"))  # type: ignore[arg-type]
     holds_for(3 * MARK_DELAY, lambda: store.get(K.status("short")) == b"complete")
     assert mark.calls == 0
-
-
-def test_a_due_mark_rides_in_the_next_acknowledgement_before_it(store: redis.Redis) -> None:
-    acks, mark, _ = acks_on(store)
-    store.lpush(INPROG, b"a", b"b")
-    acks._flusher = threading.Thread()  # no flusher: only a round trip can carry it
-    acks.mark(K.status("a"), b"a")
-    holds_for(2 * MARK_DELAY, lambda: store.get(K.status("a")) is None)
-    echo = store.register_script("return redis.call('GET', KEYS[1])")
-    # Another job's acknowledgement, in the same pipeline: the mark goes first.
-    assert acks.call(echo, [K.status("a")], []) == b"working"  # type: ignore[arg-type]
-    assert mark.calls <= 1  # once only if Redis had to load it (NOSCRIPT in the pipeline)
 
 
 def test_a_job_pushed_back_before_its_mark_went_out_is_not_marked(store: redis.Redis) -> None:
