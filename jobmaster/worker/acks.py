@@ -48,9 +48,12 @@ from redis.commands.core import Script
 
 log = logging.getLogger("jobmaster.worker.acks")
 
-# Seconds a started job's "working" mark waits for a round trip to ride in:
-# no-op and short jobs end first, and their FINISH makes it moot.
+# Seconds a started job's "working" mark waits before it is sent: no-op and
+# short jobs end first, and their FINISH makes it moot.
 MARK_DELAY = 0.05
+# Seconds without a job starting after which the flusher stops looking every
+# MARK_DELAY / 2 and sleeps until the next mark wakes it.
+FLUSHER_NAP_AFTER = 1.0
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ class Acks:
         self._queued: list[Call] = []
         # status key -> (monotonic time the job started, its payload as fetched)
         self._marks: dict[str, tuple[float, bytes]] = {}
-        self._marks_waiting = threading.Event()  # set when a mark may be waiting
+        self._marks_waiting = threading.Event()  # wakes a napping flusher
+        self._napping = False  # the flusher sleeps until a mark comes
         self._flusher_lock = threading.Lock()
         self._flusher: threading.Thread | None = None
 
@@ -128,10 +132,12 @@ class Acks:
         if self.marking is None:
             return
         self._marks[status_key] = (time.monotonic(), raw)
-        if not self._marks_waiting.is_set():  # the flusher is idle (or not started)
+        # Woken only from a nap (a second without jobs): waking it for every
+        # mark cost a GIL hand-off per job, a measurable loss on no-op jobs.
+        if self._napping:
             self._marks_waiting.set()
-            if self._flusher is None:
-                self._start_flusher()
+        if self._flusher is None:
+            self._start_flusher()
 
     def _start_flusher(self) -> None:
         with self._flusher_lock:  # in the process that runs jobs, once
@@ -142,24 +148,35 @@ class Acks:
                 self._flusher.start()
 
     def _flush_marks(self) -> None:
-        """The flusher thread: sends each mark once it is MARK_DELAY old."""
+        """The flusher thread: sends each mark once it is MARK_DELAY old (checked
+        every MARK_DELAY / 2 while jobs start, asleep after a second without)."""
+        last_mark = time.monotonic()
         while True:
             try:
-                if not self._marks:
-                    self._marks_waiting.clear()
-                    if not self._marks:  # a mark set before the clear is seen here
-                        self._marks_waiting.wait()
+                now = time.monotonic()
+                if self._marks:
+                    last_mark = now
+                elif now - last_mark > FLUSHER_NAP_AFTER:
+                    self._nap()
+                    last_mark = time.monotonic()
                     continue
-                oldest = min(started for started, _ in list(self._marks.values()))
-                wait = oldest + MARK_DELAY - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                    continue
-                with self._send_lock:
-                    self._send_queued(self._due_marks())
+                oldest = min((started for started, _ in list(self._marks.values())), default=now)
+                if now - oldest >= MARK_DELAY:
+                    with self._send_lock:
+                        self._send_queued(self._due_marks())
+                time.sleep(MARK_DELAY / 2)
             except Exception:  # never end the thread: marks would pile up unsent
                 log.exception("could not send the working marks")
                 time.sleep(MARK_DELAY)
+
+    def _nap(self) -> None:
+        """Sleep until a mark comes. ``_napping`` is set before the last look at
+        the marks, so a mark made meanwhile either is seen or sets the event."""
+        self._napping = True
+        self._marks_waiting.clear()
+        if not self._marks:
+            self._marks_waiting.wait()
+        self._napping = False
 
     def _send_queued(self, marks: Call | None = None) -> None:
         """Under the send lock: every call queued (after ``marks``, if any)."""
