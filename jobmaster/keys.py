@@ -66,6 +66,13 @@ class Keys:
         """Hash of a live worker's info; it expires when the worker goes silent."""
         return f"{self.prefix}heartbeat:{identity}"
 
+    @property
+    def orphan_scan_lease(self) -> str:
+        """Holds the identity of the one process that scans for orphans this
+        interval (SET NX PX): without it every process of every host read every
+        heartbeat each interval, N squared reads for N processes."""
+        return f"{self.prefix}orphan-scan"
+
     def control(self, identity: str) -> str:
         """List of remote commands (quiet, resume, stop) for one process."""
         return f"{self.prefix}control:{identity}"

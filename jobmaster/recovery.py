@@ -3,8 +3,9 @@
 Used by a worker stopping (push back what is still running), by a worker's
 self-check (entries whose acknowledgement failed), by orphan recovery (a
 host whose heartbeat expired) and by the master (a child that died). Each
-entry moves with one TRANSFER script that only acts if the entry is still
-in the list, so two recoverers racing never push a job twice.
+entry moves with one TRANSFER script (BURY into the dead set) that only acts
+if the entry is still in the list, so two recoverers racing never push a job
+twice.
 """
 
 from __future__ import annotations
@@ -77,27 +78,47 @@ class Recovery:
         score: float = 0.0,
         queue: str = "",
         status: str = "",
+        unlock: str | None = None,
+        hook: dict[str, Any] | None = None,
     ) -> bool:
         """One TRANSFER (see scripts.py): ``raw`` out of ``source``, ``entry`` into
-        ``target`` (a queue's 'front' or 'back', or a 'zset'), only if still there."""
+        ``target`` (a queue's 'front' or 'back', or a 'zset'), only if still there.
+
+        Into the dead set it is a BURY, which also releases the unique lock
+        ``unlock`` (if the job holds it) and pushes the ``hook`` job, in the
+        same step."""
         dead = where == "zset"
         channel = self.keys.wakeup_channel(queue) if queue else ""
         status = status if self.status_ttl else ""
         script = self.scripts.transfer
-        step_keys: list[str] = []
-        step_args: list[Any] = []
-        step = step_of(entry) if target == self.keys.dead else None
-        if step is not None:  # a batch or chain job buried: its workflow moves with it
-            script = self.scripts.bury_step
-            step_keys, step_args = finish_step_arguments(self.keys, "dead", step, bool(status))
-            step_args.append(str(entry.get("jid")))
+        extra_keys: list[str] = []
+        extra_args: list[Any] = []
+        if target == self.keys.dead:
+            script = self.scripts.bury
+            hook_queue = str(hook["queue"]) if hook is not None else ""
+            extra_keys = [
+                self.keys.unique(unlock or "-"),
+                self.keys.queue(hook_queue) if hook is not None else self.keys.queues,
+            ]
+            extra_args = [
+                str(entry.get("jid")) if unlock else "",
+                wire.encode(hook) if hook is not None else b"",
+                hook_queue,
+                self.keys.wakeup_channel(hook_queue) if hook is not None else "",
+            ]
+            step = step_of(entry)
+            if step is not None:  # a batch or chain job buried: its workflow moves with it
+                script = self.scripts.bury_step
+                step_keys, step_args = finish_step_arguments(self.keys, "dead", step, bool(status))
+                extra_keys += step_keys
+                extra_args += [*step_args, str(entry.get("jid"))]
         moved = script(
             keys=[
                 source,
                 target,
                 self.keys.queues,
                 self.keys.status(str(entry.get("jid"))),
-                *step_keys,
+                *extra_keys,
             ],
             args=[
                 kind,
@@ -111,7 +132,7 @@ class Recovery:
                 self.limits.cutoff(score) if dead else "-inf",
                 status,
                 self.status_ttl or 1,
-                *step_args,
+                *extra_args,
             ],
         )
         return bool(moved)
@@ -144,8 +165,7 @@ class Recovery:
             queue = fetched_from if fetched_from and triage is None else str(payload["queue"])
             if reason is not None:
                 payload.update(dead_reason=reason, died_at=time.time())
-                if self._bury(list_key, raw, payload, report):
-                    self._announce_failure(payload, reason)
+                self._bury(list_key, raw, payload, report, hook=self._failure_hook(payload, reason))
                 continue
             moved = self.transfer(
                 list_key,
@@ -177,40 +197,48 @@ class Recovery:
         entry: dict[str, Any],
         report: RecoveryReport,
         kind: str = "list",
+        *,
+        hook: dict[str, Any] | None = None,
     ) -> bool:
+        """Into the dead set with its unique lock released and ``hook`` pushed, as
+        one BURY: a crash in between can no longer leave the lock held or the
+        hook never queued."""
         moved = self.transfer(
-            source, kind, raw, entry, self.keys.dead, "zset", score=time.time(), status="dead"
+            source,
+            kind,
+            raw,
+            entry,
+            self.keys.dead,
+            "zset",
+            score=time.time(),
+            status="dead",
+            unlock=self._unique_lock(entry),
+            hook=hook,
         )
         if moved:
             report.buried.append(str(entry.get("jid")))
-            self._release_unique(entry)
             log.error("buried jid=%s: %s", entry.get("jid"), entry.get("dead_reason"))
         return moved
 
-    def _announce_failure(self, entry: dict[str, Any], reason: str) -> None:
-        """Queue the job's on_failure hook (see hooks.py): only a worker may run it.
+    def _failure_hook(self, entry: dict[str, Any], reason: str) -> dict[str, Any] | None:
+        """The job running its on_failure hook (see hooks.py): only a worker may run it.
 
-        Skipped when this process knows the job (preloaded) and it has no hook;
+        None when this process knows the job (preloaded) and it has no hook;
         a master that did not preload the app cannot tell, and queues it anyway.
         """
         known = registry.lookup(entry.get("job"))
         if known is not None and known.job_options.on_failure is None:
-            return
+            return None
         hook = wire.build(ON_FAILURE, [entry, reason], {}, queue=str(entry.get("queue")))
         hook["enqueued_at"] = time.time()
-        queue = str(hook["queue"])
-        self.scripts.push(
-            keys=[self.keys.queue(queue), self.keys.queues],
-            args=[queue, self.keys.wakeup_channel(queue), 0, wire.encode(hook)],
-        )
+        return hook
 
-    def _release_unique(self, entry: dict[str, Any]) -> None:
-        """A buried job (a poison pill) will not run again: free its unique lock."""
+    def _unique_lock(self, entry: dict[str, Any]) -> str | None:
+        """The unique lock a buried job (it will not run again) frees, if any."""
         lock = entry.get("unique_digest")
         if entry.get("unique") in MODES and isinstance(lock, str) and wire.key_safe(lock):
-            self.scripts.unlock(
-                keys=[self.keys.unique(lock)], args=[str(entry.get("jid")), "release", 0]
-            )
+            return lock
+        return None
 
     def requeue_all(self, identity: str, *, triage: Triage | None = None) -> RecoveryReport:
         """Requeue everything in ``identity``'s in-progress list."""

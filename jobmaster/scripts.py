@@ -12,9 +12,9 @@ fresh server that replaced the old one).
 Out of memory. A Redis over its ``maxmemory`` (``noeviction``) refuses a
 script's command that could grow memory only until the script has run its
 first write command: it never stops a script half way. So PUSH, FETCH,
-PERIODIC and PUSH_UNIQUE, whose first write is such a command, are refused
-whole, with nothing done (the caller backs off or raises EnqueueError),
-while FINISH and TRANSFER, which begin with an LREM/ZREM (writes Redis never
+PERIODIC, PUSH_UNIQUE and MARK, whose first write is such a command, are
+refused whole, with nothing done (the caller backs off or raises EnqueueError),
+while FINISH, TRANSFER and BURY, which begin with an LREM/ZREM (writes Redis never
 refuses, since they free memory), run to the end: outcomes,
 acknowledgements and requeues are still recorded when Redis is full. That
 holds for scripts without a ``#!lua`` shebang; one with a shebang is refused
@@ -47,34 +47,28 @@ return n
 
 # FETCH: reliable fetch. Moves the oldest payloads of the first non-paused,
 # non-empty queues into this worker's in-progress list, in one step, so a
-# job is never only in the worker's memory. Takes up to ARGV[3] jobs (the
+# job is never only in the worker's memory. Takes up to ARGV[1] jobs (the
 # threads of the process waiting to fetch at that moment: one round trip
 # serves them all), from the first queue in the given order and, if it runs
 # dry, from the next ones.
-# Marks each job "working": its status key is the prefix plus the payload's
-# jid, known only once the payload is read, so it is built here; it has the
-# namespace's hash tag like every key, so the script stays on one slot.
+# It does not mark the jobs "working": a job's status key is named after its
+# jid, unknown until the payload is read, and every key a script touches must
+# be in KEYS. A job is marked when it starts, by MARK, in a round trip the
+# process makes anyway (see worker/acks.py).
 # KEYS[1] in-progress list, KEYS[2] paused set, KEYS[3..] queue lists
-# ARGV[1] status key prefix ('' = status off), ARGV[2] status TTL (s),
-# ARGV[3] the most jobs to take, ARGV[4..] queue names, in the order of KEYS[3..]
+# ARGV[1] the most jobs to take, ARGV[2..] queue names, in the order of KEYS[3..]
 # Returns {jobs left in the last queue taken from, payload, its queue name,
 # payload, its queue name, ...}, or nil when every queue is empty or paused.
 FETCH = """
-local want = tonumber(ARGV[3])
+local want = tonumber(ARGV[1])
 local taken, left = {0}, 0
 for i = 3, #KEYS do
-  local name = ARGV[i + 1]
+  local name = ARGV[i - 1]
   if #taken > 2 * want then break end
   if redis.call('SISMEMBER', KEYS[2], name) == 0 then
     while #taken <= 2 * want do
       local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
       if not payload then break end
-      if ARGV[1] ~= '' then
-        local ok, job = pcall(cjson.decode, payload)
-        if ok and type(job) == 'table' and type(job.jid) == 'string' then
-          redis.call('SET', ARGV[1] .. job.jid, 'working', 'EX', ARGV[2])
-        end
-      end
       taken[#taken + 1] = payload
       taken[#taken + 1] = name
       left = i
@@ -84,6 +78,25 @@ end
 if #taken == 1 then return nil end
 taken[1] = redis.call('LLEN', KEYS[left])
 return taken
+"""
+
+# MARK: mark jobs that started as "working", each only if its payload is
+# still in the in-progress list: a job pushed back, recovered from under us
+# or already acknowledged keeps the status it has.
+# KEYS[1] in-progress list, KEYS[2..] each job's status key
+# ARGV pairs, in the order of KEYS[2..]: the job's payload as fetched, and the
+# status's TTL in ms (status_ttl less the time it has run, so that the TTL
+# still tells when it started: the dashboard's runtime)
+# Returns the number of jobs marked.
+MARK = """
+local marked = 0
+for i = 2, #KEYS do
+  if redis.call('LPOS', KEYS[1], ARGV[2 * i - 3]) then
+    redis.call('SET', KEYS[i], 'working', 'PX', ARGV[2 * i - 2])
+    marked = marked + 1
+  end
+end
+return marked
 """
 
 # FINISH: record a job's outcome and acknowledge it, as one step, so the
@@ -168,52 +181,73 @@ FINISH = FINISH_BODY + "return removed\n"
 
 # What a batch does when its counters move: fire a callback once, and decide
 # whether the batch is complete (every job ran once or was skipped) or a
-# success (every job succeeded). Shared by FINISH_STEP and BATCH_ADD (an
-# empty batch is complete as soon as it is pushed). A callback is stored in
-# the batch's hash as its queue, jid and payload without the closing brace
-# (``on:NAME:queue|jid|head``): the payload is written whole when the batch
-# is created, and only ``enqueued_at`` is added here, so nothing in it (a big
-# integer argument, say) goes through Lua's number conversion.
-# Each function takes the batch hash, the failed set, the time (as JSON text),
-# and ``via``: {queue key prefix, queue names set, wakeup channel prefix,
-# status key prefix ('' = status off), status TTL}.
+# success (every job succeeded). Shared by FINISH_STEP, BURY_STEP and
+# BATCH_ADD (an empty batch is complete as soon as it is pushed). A callback
+# is stored in the batch's hash as its queue, jid and payload without the
+# closing brace (``on:NAME:queue|jid|head``): the payload is written whole
+# when the batch is created, and only ``enqueued_at`` is added here, so
+# nothing in it (a big integer argument, say) goes through Lua's number
+# conversion.
+# Every key is declared by the caller. A callback's queue list and status key
+# come in ``targets`` ({complete = {queue key, status key}, success = ...,
+# death = ...}): the batch's jobs carry their callbacks' queues and jids
+# (``batch_on``, see workflows/batch.py) for that. The names built here from
+# the prefixes are only compared with the declared keys, never touched: a
+# callback whose keys the caller could not declare (a job pushed before its
+# payload carried them) goes to the scheduled set (declared), due now, and
+# the scheduled poller pushes it within a poll.
+# ``via``: {queues = set of queue names, wakeup = wakeup channel prefix,
+# ttl = status TTL (s), queue_prefix, status_prefix ('' = status off),
+# scheduled = the scheduled set}. Channels are not keys: the wakeup channel
+# is built from its prefix.
 BATCH_FUNCTIONS = """
-local function push_job(via, queue, jid, payload)
-  redis.call('LPUSH', via[1] .. queue, payload)
-  redis.call('SADD', via[2], queue)
-  if via[4] ~= '' then redis.call('SET', via[4] .. jid, 'queued', 'EX', via[5]) end
-  redis.call('PUBLISH', via[3] .. queue, 1)
+local function push_job(via, queue_key, status_key, queue, payload)
+  redis.call('LPUSH', queue_key, payload)
+  redis.call('SADD', via.queues, queue)
+  if via.status_prefix ~= '' then redis.call('SET', status_key, 'queued', 'EX', via.ttl) end
+  redis.call('PUBLISH', via.wakeup .. queue, 1)
 end
-local function fire(batch, which, now, via)
+local function fire(batch, which, now, via, targets)
   if redis.call('HSETNX', batch, which .. '_at', now) == 0 then return end
   local cb = redis.call('HMGET', batch, 'on:' .. which .. ':queue', 'on:' .. which .. ':jid',
                         'on:' .. which .. ':head')
-  if cb[1] and cb[2] and cb[3] then
-    push_job(via, cb[1], cb[2], cb[3] .. ',"enqueued_at":' .. now .. '}')
+  if not (cb[1] and cb[2] and cb[3]) then return end
+  local payload = cb[3] .. ',"enqueued_at":' .. now .. '}'
+  local target = targets[which]
+  if target[1] == via.queue_prefix .. cb[1]
+      and (via.status_prefix == '' or target[2] == via.status_prefix .. cb[2]) then
+    push_job(via, target[1], target[2], cb[1], payload)
+  else
+    redis.call('ZADD', via.scheduled, now, payload)
   end
 end
-local function settle(batch, failed, now, via)
+local function settle(batch, failed, now, via, targets)
   local pending = tonumber(redis.call('HGET', batch, 'pending') or '0')
-  if pending <= redis.call('SCARD', failed) then fire(batch, 'complete', now, via) end
+  if pending <= redis.call('SCARD', failed) then fire(batch, 'complete', now, via, targets) end
   if pending <= 0 and tonumber(redis.call('HGET', batch, 'skipped') or '0') == 0 then
-    fire(batch, 'success', now, via)
+    fire(batch, 'success', now, via, targets)
   end
 end
 """
 
 # The workflow part of FINISH_STEP and BURY_STEP: what a job's end does to
 # its chain (push the next step, or the chain's on_failure) and its batch
-# (counters, callbacks). ``k``: {set of queue names, the batch hash (any key
-# without a batch), the batch's failed set, the chain hash (any key without
-# a chain)}. ``a``: {queue key prefix, wakeup channel prefix, status key
-# prefix ('' = status off), batch event '' | 'succeeded' | 'failed' | 'dead' |
-# 'skipped', now (unix time, JSON number text), chain event '' | 'next' |
-# 'last' | 'failed', queue, jid and payload of the job to push with it (the
-# chain's next step or its on_failure; '' for none), the failed set's TTL
-# (s), the job's jid, status TTL (s)}.
+# (counters, callbacks). ``k`` (13 keys): {set of queue names, the batch hash
+# (any key without a batch), the batch's failed set, the chain hash (any key
+# without a chain), the queue list and status key of the job pushed with it
+# (any keys without one), the queue list and status key of the batch's
+# on_complete, on_success and on_death callbacks (any keys where unknown, see
+# BATCH_FUNCTIONS), the scheduled set}. ``a``: {queue key prefix, wakeup
+# channel prefix, status key prefix ('' = status off), batch event '' |
+# 'succeeded' | 'failed' | 'dead' | 'skipped', now (unix time, JSON number
+# text), chain event '' | 'next' | 'last' | 'failed', queue, jid and payload
+# of the job to push with it (the chain's next step or its on_failure; ''
+# for none), the failed set's TTL (s), the job's jid, status TTL (s)}.
 WORKFLOW_FUNCTION = """
 local function workflow_step(k, a)
-  local via = {a[1], k[1], a[2], a[3], a[12]}
+  local via = {queues = k[1], wakeup = a[2], ttl = a[12], queue_prefix = a[1],
+               status_prefix = a[3], scheduled = k[13]}
+  local targets = {complete = {k[7], k[8]}, success = {k[9], k[10]}, death = {k[11], k[12]}}
   local now, jid = a[5], a[11]
   local chain_event = a[6]
   if chain_event ~= '' and redis.call('EXISTS', k[4]) == 1 then
@@ -228,7 +262,7 @@ local function workflow_step(k, a)
       end
     end
   end
-  if a[9] ~= '' then push_job(via, a[7], a[8], a[9]) end
+  if a[9] ~= '' then push_job(via, k[5], k[6], a[7], a[9]) end
   local event = a[4]
   if event ~= '' and redis.call('EXISTS', k[2]) == 1 then
     if event == 'succeeded' or event == 'skipped' then
@@ -240,13 +274,14 @@ local function workflow_step(k, a)
       redis.call('EXPIRE', k[3], a[10])
       if event == 'dead' then
         redis.call('HINCRBY', k[2], 'dead', 1)
-        fire(k[2], 'death', now, via)
+        fire(k[2], 'death', now, via, targets)
       end
     end
-    settle(k[2], k[3], now, via)
+    settle(k[2], k[3], now, via, targets)
   end
 end
 """
+WORKFLOW_KEYS = 13  # len(k): the keys each caller appends for workflow_step
 
 # FINISH_STEP: FINISH for a job in a batch or a chain, with the workflow's
 # step in the same atomic step: a chain's next job is pushed only with its
@@ -255,9 +290,11 @@ end
 # last two jobs at once are serialised by Redis). Only the call that removed
 # the payload from the in-progress list moves the workflow: a job requeued
 # from under us (a recovered orphan) runs again and is counted then.
-# KEYS[1..9] and ARGV[1..15] as FINISH, then KEYS[10..13] and ARGV[16..25]
-# the workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION), less the jid
-# (ARGV[13]) and status TTL (ARGV[11]), which FINISH has already.
+# KEYS and ARGV as FINISH (KEYS[1..9], ARGV[1..15], the "resent" flag always
+# given), then the workflow part's ``k`` (the last 13 KEYS) and ``a`` (the
+# last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13]) and status TTL
+# (ARGV[11]), which FINISH has already. Counted from the end, so that FINISH
+# may grow without renumbering them.
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH_STEP = (
     FINISH_BODY
@@ -265,9 +302,9 @@ FINISH_STEP = (
     + WORKFLOW_FUNCTION
     + """
 if removed == 0 then return 0 end
-workflow_step({KEYS[10], KEYS[11], KEYS[12], KEYS[13]},
-  {ARGV[16], ARGV[17], ARGV[18], ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23],
-   ARGV[24], ARGV[25], ARGV[13], ARGV[11]})
+local step_args = {unpack(ARGV, #ARGV - 9)}
+step_args[11], step_args[12] = ARGV[13], ARGV[11]
+workflow_step({unpack(KEYS, #KEYS - 12)}, step_args)
 return 1
 """
 )
@@ -276,7 +313,11 @@ return 1
 # the batch's counters grow with its jobs, so no callback can fire while
 # some of the jobs of one ``with b.jobs():`` block are not pushed yet.
 # KEYS[1] the batch hash, KEYS[2] its failed set, KEYS[3] the batches index,
-# KEYS[4] set of queue names, KEYS[5] the scheduled set
+# KEYS[4] set of queue names, KEYS[5] the scheduled set, KEYS[6..11] the queue
+# list and status key of the on_complete, on_success and on_death callbacks
+# (any keys where none or unknown: see BATCH_FUNCTIONS), then for each job, in
+# the order of ARGV's quadruples, its queue list and its status key (any key
+# when status is off)
 # ARGV[1] batch id, ARGV[2] now (JSON number text), ARGV[3] the batch's TTL
 # (s), ARGV[4] queue key prefix, ARGV[5] wakeup channel prefix, ARGV[6]
 # status key prefix ('' = status off), ARGV[7] status TTL (s), ARGV[8] n: the
@@ -287,27 +328,31 @@ return 1
 BATCH_ADD = (
     BATCH_FUNCTIONS
     + """
-local via = {ARGV[4], KEYS[4], ARGV[5], ARGV[6], ARGV[7]}
+local via = {queues = KEYS[4], wakeup = ARGV[5], ttl = ARGV[7], queue_prefix = ARGV[4],
+             status_prefix = ARGV[6], scheduled = KEYS[5]}
+local targets = {complete = {KEYS[6], KEYS[7]}, success = {KEYS[8], KEYS[9]},
+                 death = {KEYS[10], KEYS[11]}}
 local fields = tonumber(ARGV[8])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   for i = 9, 8 + 2 * fields, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
   redis.call('HSET', KEYS[1], 'created_at', ARGV[2], 'total', 0, 'pending', 0)
   redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 end
-local added = 0
-for i = 9 + 2 * fields, #ARGV, 4 do
+local added, first = 0, 9 + 2 * fields
+for i = first, #ARGV, 4 do
+  local queue_key, status_key = KEYS[12 + (i - first) / 2], KEYS[13 + (i - first) / 2]
   if tonumber(ARGV[i + 1]) > 0 then
     redis.call('ZADD', KEYS[5], ARGV[i + 1], ARGV[i + 3])
-    if via[4] ~= '' then redis.call('SET', via[4] .. ARGV[i + 2], 'scheduled', 'EX', via[5]) end
+    if via.status_prefix ~= '' then redis.call('SET', status_key, 'scheduled', 'EX', via.ttl) end
   else
-    push_job(via, ARGV[i], ARGV[i + 2], ARGV[i + 3])
+    push_job(via, queue_key, status_key, ARGV[i], ARGV[i + 3])
   end
   added = added + 1
 end
 redis.call('HINCRBY', KEYS[1], 'total', added)
 local pending = redis.call('HINCRBY', KEYS[1], 'pending', added)
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-settle(KEYS[1], KEYS[2], ARGV[2], via)
+settle(KEYS[1], KEYS[2], ARGV[2], via, targets)
 return pending
 """
 )
@@ -353,22 +398,48 @@ if ARGV[10] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11]) end
 """
 TRANSFER = TRANSFER_BODY + "return 1\n"
 
-# BURY_STEP: TRANSFER of a batch or chain job to the dead set by the master's
-# recovery (a poison pill), with the workflow's step: the batch counts the
-# death (and may complete), the chain stops. Without it such a batch would
-# never complete.
-# KEYS[1..4] and ARGV[1..11] as TRANSFER, then KEYS[5..8] and ARGV[12..21]
-# the workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed
-# set's TTL, and ARGV[22] the job's jid.
+# BURY: TRANSFER of a job to the dead set by recovery (a poison pill, or an
+# entry that is not a valid payload), with what its burial entails, in the
+# same step: its unique lock released (it will not run again) and its
+# on_failure hook job pushed (hooks.py: only a worker may run it). As three
+# round trips, a crash between them left the lock held until its TTL (no
+# such job could be enqueued) or the hook never run.
+# KEYS[1..4] and ARGV[1..11] as TRANSFER (target the dead set, ARGV[4]
+# 'zset'), then KEYS[5] the job's unique lock (any key when ARGV[12] is ''),
+# KEYS[6] the hook job's queue list (any key when ARGV[13] is '')
+# ARGV[12] the jid whose lock to release ('' = none; released only if that
+# jid holds it), ARGV[13] the hook job's payload ('' = none), ARGV[14] its
+# queue name, ARGV[15] its wakeup channel
+# Returns 1 if moved, 0 if the entry was no longer in the source (then
+# nothing else is done either: whoever moved it owns it).
+BURY_TAIL = """
+if ARGV[12] ~= '' and redis.call('GET', KEYS[5]) == ARGV[12] then
+  redis.call('DEL', KEYS[5])
+end
+if ARGV[13] ~= '' then
+  redis.call('LPUSH', KEYS[6], ARGV[13])
+  redis.call('SADD', KEYS[3], ARGV[14])
+  redis.call('PUBLISH', ARGV[15], 1)
+end
+"""
+BURY = TRANSFER_BODY + BURY_TAIL + "return 1\n"
+
+# BURY_STEP: BURY of a batch or chain job, with the workflow's step: the
+# batch counts the death (and may complete), the chain stops. Without it such
+# a batch would never complete.
+# KEYS[1..6] and ARGV[1..15] as BURY, then KEYS[7..19] and ARGV[16..25] the
+# workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
+# TTL, and ARGV[26] the job's jid.
 # Returns 1 if moved, 0 if the entry was no longer in the source.
 BURY_STEP = (
     TRANSFER_BODY
+    + BURY_TAIL
     + BATCH_FUNCTIONS
     + WORKFLOW_FUNCTION
     + """
-workflow_step({KEYS[5], KEYS[6], KEYS[7], KEYS[8]},
-  {ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19],
-   ARGV[20], ARGV[21], ARGV[22], ARGV[11]})
+local step_args = {unpack(ARGV, 16, 26)}
+step_args[12] = ARGV[11]
+workflow_step({unpack(KEYS, 7, 19)}, step_args)
 return 1
 """
 )
@@ -468,8 +539,10 @@ class Scripts:
     def __init__(self, client: redis.Redis) -> None:
         self.push = client.register_script(PUSH)
         self.fetch = client.register_script(FETCH)
+        self.mark = client.register_script(MARK)
         self.finish = client.register_script(FINISH)
         self.finish_step = client.register_script(FINISH_STEP)
+        self.bury = client.register_script(BURY)
         self.bury_step = client.register_script(BURY_STEP)
         self.batch_add = client.register_script(BATCH_ADD)
         self.batch_cancel = client.register_script(BATCH_CANCEL)

@@ -91,7 +91,7 @@ class RunningJob:
     identity: str  # the worker process that fetched it
     record: JobRecord
     # Seconds since it was fetched, read from its "working" status's remaining
-    # TTL (FETCH sets it with status_ttl); None without status tracking.
+    # TTL (MARK sets it, see worker/acks.py); None without status tracking.
     runtime: float | None
 
 

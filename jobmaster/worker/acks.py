@@ -11,16 +11,58 @@ own), its reply goes to the thread that asked, and a connection error fails
 every call of the round trip alike, since any of them may have run: each
 thread's ``record`` then re-sends its own with the "resent" guard, exactly
 as after a lost reply of a single call.
+
+"Working" marks go out here too. FETCH cannot write a fetched job's
+status: its key is named after the jid, inside the payload, and a script
+must be given every key it touches. A round trip of its own after each
+fetch would cost a round trip a job on the hot path (throughput is
+round-trip bound). So a job starting leaves its mark here (``mark``), and:
+
+- a job that ends within MARK_DELAY has its mark dropped by its own FINISH
+  (``settles``), which writes its final status: a "working" there would
+  have been overwritten in the same moment, seen by no one;
+- a job still running after MARK_DELAY is marked by the flusher thread, in
+  one MARK call with every mark then due, sent with the acknowledgements
+  queued at that moment: nothing a job thread waits for, and little for
+  Redis next to jobs that long.
+
+The job threads only set and pop a dict entry (atomic under the GIL: no
+lock on the hot path, which measurably slowed no-op jobs). The flusher
+sends under the send lock, like the FINISHes, so a job's mark never reaches
+Redis after its FINISH; and MARK writes only while the payload is still in
+our in-progress list, so a job pushed back or recovered from under us is
+not marked "working" again.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.commands.core import Script
+
+log = logging.getLogger("jobmaster.worker.acks")
+
+# Seconds a started job's "working" mark waits before it is sent: no-op and
+# short jobs end first, and their FINISH makes it moot.
+MARK_DELAY = 0.05
+# Seconds without a job starting after which the flusher stops looking every
+# MARK_DELAY / 2 and sleeps until the next mark wakes it.
+FLUSHER_NAP_AFTER = 1.0
+
+
+@dataclass(frozen=True)
+class Marking:
+    """Where and how long the "working" marks go (status tracking on)."""
+
+    script: Script  # MARK
+    inprogress_key: str
+    status_ttl: int  # seconds
 
 
 class Call:
@@ -47,25 +89,127 @@ class Call:
 class Acks:
     """Sends the script calls of the threads of one process, combined."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, marking: Marking | None = None) -> None:
         self.client = client
+        self.marking = marking
         self._send_lock = threading.Lock()  # one round trip at a time
         self._queue_lock = threading.Lock()
         self._queued: list[Call] = []
+        # status key -> (monotonic time the job started, its payload as fetched)
+        self._marks: dict[str, tuple[float, bytes]] = {}
+        self._marks_waiting = threading.Event()  # wakes a napping flusher
+        self._napping = False  # the flusher sleeps until a mark comes
+        self._flusher_lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
 
-    def call(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """``script(keys, args)``, possibly in the same round trip as other threads'."""
+    def call(
+        self,
+        script: Script,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        *,
+        settles: str | None = None,
+    ) -> Any:
+        """``script(keys, args)``, possibly in the same round trip as other threads'.
+
+        ``settles``: the status key this call writes (a FINISH): a "working"
+        mark still waiting for it is dropped.
+        """
+        if settles is not None:
+            self._marks.pop(settles, None)
         call = Call(script, keys, args)
         with self._queue_lock:
             self._queued.append(call)
         with self._send_lock:
             if not call.done:
-                with self._queue_lock:
-                    calls, self._queued = self._queued, []
-                self._send(calls)
+                self._send_queued()
         if call.error is not None:
             raise call.error
         return call.reply
+
+    def mark(self, status_key: str, raw: bytes) -> None:
+        """A job started: mark it "working" unless it ends first (see above)."""
+        if self.marking is None:
+            return
+        self._marks[status_key] = (time.monotonic(), raw)
+        # Woken only from a nap (a second without jobs): waking it for every
+        # mark cost a GIL hand-off per job, a measurable loss on no-op jobs.
+        if self._napping:
+            self._marks_waiting.set()
+        if self._flusher is None:
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        with self._flusher_lock:  # in the process that runs jobs, once
+            if self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_marks, name="jobmaster-status-marks", daemon=True
+                )
+                self._flusher.start()
+
+    def _flush_marks(self) -> None:
+        """The flusher thread: sends each mark once it is MARK_DELAY old (checked
+        every MARK_DELAY / 2 while jobs start, asleep after a second without)."""
+        last_mark = time.monotonic()
+        while True:
+            try:
+                now = time.monotonic()
+                if self._marks:
+                    last_mark = now
+                elif now - last_mark > FLUSHER_NAP_AFTER:
+                    self._nap()
+                    last_mark = time.monotonic()
+                    continue
+                oldest = min((started for started, _ in list(self._marks.values())), default=now)
+                if now - oldest >= MARK_DELAY:
+                    with self._send_lock:
+                        self._send_queued(self._due_marks())
+                time.sleep(MARK_DELAY / 2)
+            except Exception:  # never end the thread: marks would pile up unsent
+                log.exception("could not send the working marks")
+                time.sleep(MARK_DELAY)
+
+    def _nap(self) -> None:
+        """Sleep until a mark comes. ``_napping`` is set before the last look at
+        the marks, so a mark made meanwhile either is seen or sets the event."""
+        self._napping = True
+        self._marks_waiting.clear()
+        if not self._marks:
+            self._marks_waiting.wait()
+        self._napping = False
+
+    def _send_queued(self, marks: Call | None = None) -> None:
+        """Under the send lock: every call queued (after ``marks``, if any)."""
+        with self._queue_lock:
+            calls, self._queued = self._queued, []
+        if marks is not None:
+            calls.insert(0, marks)  # before any FINISH of the same job
+        if calls:
+            self._send(calls)
+        if marks is not None and marks.error is not None:
+            log.debug("could not mark jobs working: %s", marks.error)
+
+    def _due_marks(self) -> Call | None:
+        """One MARK call for the marks older than MARK_DELAY (taken out), if any."""
+        marking = self.marking
+        if marking is None:
+            return None
+        now = time.monotonic()
+        keys: list[Any] = [marking.inprogress_key]
+        args: list[Any] = []
+        for key, entry in list(self._marks.items()):
+            started, raw = entry
+            if now - started < MARK_DELAY:
+                continue
+            taken = self._marks.pop(key, None)
+            if taken is not entry:  # dropped by its FINISH since, or marked anew
+                if taken is not None:
+                    self._marks.setdefault(key, taken)
+                continue
+            ttl_ms = marking.status_ttl * 1000 - round((now - started) * 1000)
+            keys.append(key)
+            args += [raw, max(1, ttl_ms)]
+        return Call(marking.script, keys, args) if args else None
 
     def _send(self, calls: list[Call]) -> None:
         if len(calls) == 1:

@@ -15,7 +15,7 @@ from jobmaster.keys import Keys
 from jobmaster.recovery import Recovery
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
-from jobmaster.worker.acks import Acks
+from jobmaster.worker.acks import Acks, Marking
 from jobmaster.worker.identity import Identity
 
 DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for graphs
@@ -29,6 +29,7 @@ BACKGROUND_THREADS = {
     "self-check": 1,
     "wakeup listener": 1,  # holds its pub/sub connection for as long as it is subscribed
     "watchdog": 1,  # records the outcome of a job stuck past its timeout
+    "status marks": 1,  # sends the "working" marks no acknowledgement took (acks.py)
 }
 POOL_MARGIN = 2  # middleware or hooks that use the worker's client from threads of their own
 
@@ -58,7 +59,10 @@ class WorkerContext:
     acks: Acks = field(init=False)
 
     def __post_init__(self) -> None:
-        self.acks = Acks(self.redis)
+        marking = None
+        if self.status_ttl:
+            marking = Marking(self.scripts.mark, self.inprogress_key, self.status_ttl)
+        self.acks = Acks(self.redis, marking)
 
     @classmethod
     def create(cls, config: Config, identity: Identity | None = None) -> WorkerContext:

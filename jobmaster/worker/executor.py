@@ -1,6 +1,7 @@
 """Running one fetched job: decode, look up, call, decide the outcome.
 
-Nothing here writes to Redis; ``record`` (outcome.py) does that afterwards.
+Nothing here writes to Redis; ``record`` (outcome.py) does that afterwards,
+and the job's "working" mark rides in a later round trip (acks.py).
 The one read is a batch job's ``cancelled`` flag: such a job is skipped.
 Bad input becomes a dead-set outcome instead of an exception, so one
 broken payload never kills a processor thread or holds up the jobs behind it.
@@ -102,6 +103,8 @@ def _run(
             )
             return with_unique(deferred(payload, held.seconds, str(held), time.time()), payload)
     _event(logging.INFO, "job.start", context, "start")
+    if ctx is not None:  # "working", in a round trip made anyway (acks.py)
+        ctx.acks.mark(ctx.keys.status(str(payload["jid"])), unit.raw)
     outcome, raised = _call(job, payload, unit, watchdog, on_start, context, arguments)
     if around is not None:
         hooks.after_process(chain, around, raised)

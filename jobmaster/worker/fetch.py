@@ -118,10 +118,8 @@ class Fetcher:
         order = self.queue_order()
         keys = [self.ctx.inprogress_key, self.ctx.keys.paused]
         keys.extend(self.queue_keys[name] for name in order)
-        prefix = self.ctx.keys.status_prefix if self.ctx.status_ttl else ""
-        result = self.ctx.scripts.fetch(
-            keys=keys, args=[prefix, self.ctx.status_ttl, count, *order]
-        )
+        # No status here: a job is marked "working" as it starts (acks.py).
+        result = self.ctx.scripts.fetch(keys=keys, args=[count, *order])
         if not result:
             return []
         if int(result[0]) > 0:

@@ -7,7 +7,16 @@ Duties, each on its own period:
   trip, so a remote command is acted on within one beat;
 - every half TTL, requeue the in-progress lists of processes whose
   heartbeat has expired (a lost host's jobs are not lost with it), or whose
-  process is provably gone from this machine (liveness.py);
+  process is provably gone from this machine (liveness.py). One process at
+  a time does it: each scan reads every heartbeat, so N processes each
+  scanning would cost N squared reads a period. Whoever takes the scan lease
+  (``SET NX PX`` the interval, riding in the beat's own transaction: no
+  extra round trip) scans; the others try again an interval later. The
+  lease lasts one interval and every process tries once an interval, so a
+  scan still runs every interval (plus at most a beat) while any process
+  lives, and a lost host's jobs are recovered within about heartbeat_ttl +
+  the interval, as when everyone scanned. The master's scan before it forks
+  (``recover_left_behind``) takes no lease;
 - notice a Redis replaced by an empty one (server_watch.py) and say so;
 - keep our heartbeat alive while Redis is out of memory: the info hash
   cannot be rewritten then (HSET and any MULTI are refused), but EXPIRE is
@@ -73,8 +82,12 @@ class Heartbeat(threading.Thread):
         self._next_orphan_scan = 0.0
         self.server = ServerWatch(ctx.redis, ctx.config.redis_url_masked)
 
-    def beat(self) -> None:
-        """One heartbeat: info with TTL, owner registration, pending commands."""
+    def beat(self, claim_scan: bool = False) -> bool:
+        """One heartbeat: info with TTL, owner registration, pending commands.
+
+        With ``claim_scan``, also try to take the orphan scan lease, in the same
+        transaction; True if we hold it now (then we scan).
+        """
         ctx, keys = self.ctx, self.ctx.keys
         fields: dict[str, str | int | float] = {
             "identity": ctx.name,
@@ -96,8 +109,11 @@ class Heartbeat(threading.Thread):
         pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
         pipe.expire(key, self.ttl)
         pipe.lpop(keys.control(ctx.name), 100)  # read and remove, one command
+        if claim_scan:
+            lease_ms = max(1, round(self.orphan_interval * 1000))
+            pipe.set(keys.orphan_scan_lease, ctx.name, nx=True, px=lease_ms)
         try:
-            added, _, _, commands = pipe.execute()
+            added, _, _, commands, *claimed = pipe.execute()
         except redis.exceptions.OutOfMemoryError:
             self.server.beat_failed()
             self.keep_alive()
@@ -107,6 +123,7 @@ class Heartbeat(threading.Thread):
             raise
         self.dispatch(byte_list(commands or []))
         self.server.beat_done(was_registered=not added)
+        return bool(claimed and claimed[0])
 
     @property
     def ttl(self) -> int:
@@ -132,10 +149,12 @@ class Heartbeat(threading.Thread):
                 log.warning("ignored unknown remote command %r", command)
 
     def step(self) -> float:
-        self.beat()
         now = time.monotonic()
-        if now >= self._next_orphan_scan:
+        due = now >= self._next_orphan_scan
+        leased = self.beat(claim_scan=due)  # raises: tried again at the next beat
+        if due:  # leased or not: the holder scans for this interval
             self._next_orphan_scan = now + self.orphan_interval
+        if leased:
             self.ctx.recovery.recover_orphans(self.ctx.name)
         return self.interval
 

@@ -307,6 +307,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
                 script,
                 [*call_keys, *step_keys],
                 [*call_args, "1" if resent else "0", *step_args],
+                settles=call_keys[6],  # its status key: a "working" mark is moot now
             )
         except redis.RedisError as error:
             if isinstance(error, redis.ConnectionError | redis.TimeoutError):

@@ -25,6 +25,13 @@ job that settles the batch):
 - ``on_death``: the first time one of its jobs goes to the dead set.
 
 A callback job gets its signature's arguments plus ``batch_id=``.
+
+Each job of a batch carries its callbacks' queues and jids
+(``batch_callbacks``): the script that may fire a callback must be given
+the keys it writes (its queue and status), and the job's outcome is where
+that script runs. A ``Batch`` made by id (to add jobs to a batch made
+elsewhere) reads them from the batch's hash first; inside a job of the
+batch, ``current_batch()`` has them from the running job's payload.
 """
 
 from __future__ import annotations
@@ -53,10 +60,29 @@ CALLBACKS = ("complete", "success", "death")
 _collecting: contextvars.ContextVar[Batch | None] = contextvars.ContextVar(
     "jobmaster_batch_collecting", default=None
 )
-# The batch id of the job running in this processor thread.
-_running: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "jobmaster_batch_running", default=None
+# The batch id and callbacks of the job running in this processor thread.
+_running: contextvars.ContextVar[tuple[str, dict[str, tuple[str, str]] | None] | None] = (
+    contextvars.ContextVar("jobmaster_batch_running", default=None)
 )
+
+# Callback name -> (queue, jid), as batch jobs carry them.
+Targets = dict[str, tuple[str, str]]
+
+
+def callbacks_of(payload: Mapping[str, Any]) -> Targets:
+    """The well-formed entries of the payload's ``batch_callbacks`` (a malformed
+    one is left out: that callback then goes through the scheduled set)."""
+    found = payload.get("batch_callbacks")
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        name: (value[0], value[1])
+        for name, value in found.items()
+        if name in CALLBACKS
+        and isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(part, str) and part and wire.key_safe(part) for part in value)
+    }
 
 
 @dataclass
@@ -88,6 +114,12 @@ class Batch:
                 self.callbacks[name] = as_signature(value, f"on_{name}")
         self._client = client
         self._collected: list[Pending] | None = None
+        # The callbacks' payloads, made once: their jids are written to the hash
+        # by the first push and carried by every job, so they must not change.
+        self._callback_payloads: dict[str, dict[str, Any]] | None = None
+        # name -> (queue, jid) of the callbacks the hash holds; None: not known
+        # yet (a batch made by id reads them before its first push).
+        self._targets: Targets | None = None if bid and not self.callbacks else {}
 
     def __repr__(self) -> str:
         return f"<batch {self.bid} {self.description!r}>"
@@ -130,9 +162,32 @@ class Batch:
             raise RuntimeError(f"batch {self.bid}: no jobs() block is open")
         self._collected.append(Pending(payload, at))
 
+    def targets(self) -> Targets:
+        """The callbacks' queues and jids, for the jobs to carry (see the module)."""
+        if self._targets is None:
+            client, names = (
+                self.client,
+                [f"on:{n}:{f}" for n in CALLBACKS for f in ("queue", "jid")],
+            )
+            try:
+                found = client.redis.hmget(client.keys.batch(self.bid), names)
+            except redis.RedisError as error:
+                reason = describe_error(error)
+                raise EnqueueError(f"could not read batch {self.bid}: {reason}") from error
+            text = [v.decode() if isinstance(v, bytes) else v for v in found]
+            self._targets = callbacks_of(
+                {"batch_callbacks": {n: text[2 * i : 2 * i + 2] for i, n in enumerate(CALLBACKS)}}
+            )
+        elif not self._targets and self.callbacks:
+            self._targets = {
+                name: (str(p["queue"]), str(p["jid"])) for name, p in self._callbacks().items()
+            }
+        return self._targets
+
     def _push(self, collected: list[Pending]) -> None:
         client, now = self.client, time.time()
         keys = client.keys
+        targets = self.targets()
         status_prefix = keys.status_prefix if client.status_ttl else ""
         args: list[Any] = [
             self.bid,
@@ -147,14 +202,6 @@ class Batch:
         args.append(len(fields))
         for name, value in fields.items():
             args += [name, value]
-        for item in collected:
-            payload = hooks.before_enqueue({**item.payload, "batch": self.bid})
-            if payload is None:
-                continue  # dropped by a client middleware
-            later = item.at is not None and item.at > now
-            payload["enqueued_at"] = now
-            args += [payload["queue"], item.at if later else 0, payload["jid"]]
-            args.append(wire.encode(payload))
         batch_keys = [
             keys.batch(self.bid),
             keys.batch_failed(self.bid),
@@ -162,6 +209,19 @@ class Batch:
             keys.queues,
             keys.scheduled,
         ]
+        for name in CALLBACKS:
+            queue, jid = targets.get(name, ("", ""))
+            batch_keys += [keys.queue(queue), keys.status(jid)] if jid else [keys.batches] * 2
+        carried = {"batch_callbacks": {n: list(t) for n, t in targets.items()}}
+        for item in collected:
+            payload = hooks.before_enqueue({**item.payload, "batch": self.bid, **carried})
+            if payload is None:
+                continue  # dropped by a client middleware
+            later = item.at is not None and item.at > now
+            payload["enqueued_at"] = now
+            args += [payload["queue"], item.at if later else 0, payload["jid"]]
+            args.append(wire.encode(payload))
+            batch_keys += [keys.queue(str(payload["queue"])), keys.status(str(payload["jid"]))]
         try:
             client.scripts.batch_add(keys=batch_keys, args=args)
         except redis.RedisError as error:
@@ -171,13 +231,20 @@ class Batch:
     def _fields(self) -> dict[str, Any]:
         """The batch hash's fields, written only by the call that creates it."""
         fields: dict[str, Any] = {"description": self.description}
-        for name, sig in self.callbacks.items():
-            payload = sig.with_kwargs(batch_id=self.bid).payload({"callback_of": self.bid})
+        for name, payload in self._callbacks().items():
             text = wire.encode(payload).decode()
             fields[f"on:{name}:queue"] = payload["queue"]
             fields[f"on:{name}:jid"] = payload["jid"]
             fields[f"on:{name}:head"] = text[:-1]  # FINISH_STEP adds enqueued_at and the brace
         return fields
+
+    def _callbacks(self) -> dict[str, dict[str, Any]]:
+        if self._callback_payloads is None:
+            self._callback_payloads = {
+                name: sig.with_kwargs(batch_id=self.bid).payload({"callback_of": self.bid})
+                for name, sig in self.callbacks.items()
+            }
+        return self._callback_payloads
 
     # -- steering it -------------------------------------------------------
     def cancel(self) -> bool:
@@ -214,15 +281,21 @@ def collecting() -> Batch | None:
 
 def current_batch(client: Client | None = None) -> Batch | None:
     """Inside a running job of a batch: that batch, to add more jobs to it."""
-    bid = _running.get()
-    return Batch(bid, client=client) if bid else None
+    running = _running.get()
+    if running is None:
+        return None
+    bid, targets = running
+    found = Batch(bid, client=client)
+    found._targets = targets  # None (a job from before payloads carried them): read
+    return found
 
 
 @contextlib.contextmanager
 def running_in(payload: Mapping[str, Any]) -> Iterator[None]:
     """Set ``current_batch()`` while a worker runs this payload's job."""
     bid = payload.get("batch")
-    token = _running.set(bid if isinstance(bid, str) else None)
+    carried = callbacks_of(payload) if "batch_callbacks" in payload else None
+    token = _running.set((bid, carried) if isinstance(bid, str) else None)
     try:
         yield
     finally:

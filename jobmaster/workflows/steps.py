@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 from jobmaster import payload as wire
 from jobmaster.keys import Keys
-from jobmaster.workflows.batch import BATCH_TTL
+from jobmaster.workflows.batch import BATCH_TTL, CALLBACKS, callbacks_of
 from jobmaster.workflows.chain import link
 from jobmaster.workflows.signature import Signature
 
@@ -42,6 +42,9 @@ class Step:
 
     batch: str | None
     chain: Mapping[str, Any] | None
+    # The batch's callbacks, name -> (queue, jid), as the payload carries them
+    # (``batch_callbacks``): FINISH_STEP must be given their keys to push one.
+    callbacks: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def step_of(payload: Mapping[str, Any]) -> Step | None:
@@ -52,7 +55,9 @@ def step_of(payload: Mapping[str, Any]) -> Step | None:
         batch = None
     if not (isinstance(chain, Mapping) and wire.key_safe(chain.get("id"))):
         chain = None
-    return Step(batch, chain) if batch or chain else None
+    if not (batch or chain):
+        return None
+    return Step(batch, chain, callbacks_of(payload) if batch else {})
 
 
 def cancelled(client: redis.Redis, keys: Keys, step: Step | None) -> bool:
@@ -122,10 +127,21 @@ def _int(value: object, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def callback_keys(keys: Keys, callbacks: Mapping[str, tuple[str, str]]) -> list[str]:
+    """The queue list and status key of each batch callback, in CALLBACKS order;
+    any declared key (the batches index) for one that is unknown."""
+    found: list[str] = []
+    for name in CALLBACKS:
+        queue, jid = callbacks.get(name, ("", ""))
+        found += [keys.queue(queue), keys.status(jid)] if jid else [keys.batches] * 2
+    return found
+
+
 def finish_step_arguments(
     keys: Keys, kind: str, step: Step, status_on: bool
 ) -> tuple[list[str], list[Any]]:
-    """FINISH_STEP's KEYS[10..13] and ARGV[16..25] (scripts.py documents them)."""
+    """The workflow part of FINISH_STEP and BURY_STEP: the ``k`` KEYS and ``a``
+    ARGV of WORKFLOW_FUNCTION (scripts.py documents them)."""
     now = time.time()
     follow = follow_up(kind, step.chain, now)
     batch = step.batch
@@ -134,6 +150,10 @@ def finish_step_arguments(
         keys.batch(batch) if batch else keys.batches,
         keys.batch_failed(batch) if batch else keys.batches,
         keys.chain(str(step.chain["id"])) if step.chain is not None else keys.batches,
+        keys.queue(follow.queue) if follow.jid else keys.batches,
+        keys.status(follow.jid) if follow.jid else keys.batches,
+        *callback_keys(keys, step.callbacks),
+        keys.scheduled,
     ]
     call_args: list[Any] = [
         keys.queue_prefix,

@@ -21,7 +21,7 @@ def scripts(store: redis.Redis) -> Scripts:
 
 def fetch(scripts: Scripts, queues: list[str], count: int = 1) -> list[object] | None:
     keys = [INPROG, K.paused, *(K.queue(q) for q in queues)]
-    return scripts.fetch(keys=keys, args=[K.status_prefix, 60, count, *queues])  # type: ignore[no-any-return]
+    return scripts.fetch(keys=keys, args=[count, *queues])  # type: ignore[no-any-return]
 
 
 def test_fetch_moves_the_oldest_job_into_the_inprogress_list(
@@ -198,13 +198,30 @@ def test_status_follows_the_job_through_push_fetch_and_finish(
     scripts.push(keys=[K.queue("q"), K.queues, K.status("j1")], args=["q", "chan", 60, payload])
     assert store.get(K.status("j1")) == b"queued" and 0 < store.ttl(K.status("j1")) <= 60
     fetch(scripts, ["q"])
-    assert store.get(K.status("j1")) == b"working"
+    assert store.get(K.status("j1")) == b"queued"  # FETCH writes no key it is not given
+    assert scripts.mark(keys=[INPROG, K.status("j1")], args=[payload, 59_000]) == 1
+    assert store.get(K.status("j1")) == b"working" and 58 <= store.ttl(K.status("j1")) <= 59
     finish(scripts, payload, failed=False, target="")
     assert store.get(K.status("j1")) == b"complete"
     assert [json.loads(a) for a in store.lrange(K.attempts("j1"), 0, -1)] == [
         {"outcome": "complete"}
     ]
     assert 0 < store.ttl(K.attempts("j1")) <= 60
+
+
+def test_mark_leaves_a_job_no_longer_in_progress_as_it_is(
+    store: redis.Redis, scripts: Scripts
+) -> None:
+    """A job pushed back (or recovered, or acknowledged) before its mark went out
+    keeps its status: the mark never says "working" of a job nobody runs."""
+    store.lpush(INPROG, b"still-here")
+    store.set(K.status("gone"), "queued")
+    marked = scripts.mark(
+        keys=[INPROG, K.status("gone"), K.status("here")], args=[b"gone", 5000, b"still-here", 5000]
+    )
+    assert marked == 1
+    assert store.get(K.status("gone")) == b"queued"
+    assert store.get(K.status("here")) == b"working"
 
 
 def test_fetch_survives_a_payload_that_is_not_json(store: redis.Redis, scripts: Scripts) -> None:

@@ -21,7 +21,7 @@ class SlowFetch:
         self.made = 0
 
     def __call__(self, keys: list[str], args: list[Any]) -> list[object]:
-        count = int(args[2])
+        count = int(args[0])  # ARGV[1]: the most jobs to take
         self.counts.append(count)
         if len(self.counts) == 1:
             self.release.wait(10)
