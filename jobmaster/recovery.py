@@ -252,7 +252,13 @@ class Recovery:
 
     def recover_orphans(self, own_identity: str) -> dict[str, RecoveryReport]:
         """Requeue the lists of every process whose heartbeat has expired, or
-        whose process is provably gone from this machine (liveness.py)."""
+        whose process is provably gone from this machine (liveness.py).
+
+        Each identity is judged apart: one whose entries are malformed (a
+        forged heartbeat, a member that is no identity of ours) is logged and
+        passed over, and the others are still recovered. A Redis error stops
+        the scan (the next one goes on).
+        """
         reports: dict[str, RecoveryReport] = {}
         for member in byte_list(self.redis.smembers(self.keys.processes)):
             try:
@@ -264,29 +270,39 @@ class Recovery:
                 continue
             if identity == own_identity:
                 continue
-            heartbeat = self.keys.heartbeat(identity)
-            found = self.redis.hmget(heartbeat, [*HEARTBEAT_FIELDS])
-            beating = found[0] is not None
-            if beating:
-                fields = {
-                    name: value.decode(errors="replace") if isinstance(value, bytes) else value
-                    for name, value in zip(HEARTBEAT_FIELDS, found, strict=True)
-                    if value is not None
-                }
-                if not liveness.provably_dead(fields):
-                    continue
-                self.redis.delete(heartbeat)  # gone: not listed by ``ps`` any more
-            report = self.requeue_all(identity)
-            self.forget(identity)
-            if report:
-                log.warning(
-                    "recovered jobs of %s, %s: requeued %d, buried %d",
-                    identity,
-                    "whose process is gone from this machine"
-                    if beating
-                    else "whose heartbeat expired",
-                    len(report.requeued),
-                    len(report.buried),
-                )
-            reports[identity] = report
+            try:
+                report = self._recover_one(identity)
+            except redis.RedisError:
+                raise
+            except Exception:
+                log.exception("could not judge or recover %r; passed over", identity[:200])
+                continue
+            if report is not None:
+                reports[identity] = report
         return reports
+
+    def _recover_one(self, identity: str) -> RecoveryReport | None:
+        """Recover ``identity``'s list if its process is gone; None if it lives."""
+        heartbeat = self.keys.heartbeat(identity)
+        found = self.redis.hmget(heartbeat, [*HEARTBEAT_FIELDS])
+        beating = found[0] is not None
+        if beating:
+            fields = {
+                name: value.decode(errors="replace") if isinstance(value, bytes) else value
+                for name, value in zip(HEARTBEAT_FIELDS, found, strict=True)
+                if value is not None
+            }
+            if not liveness.provably_dead(fields):
+                return None
+            self.redis.delete(heartbeat)  # gone: not listed by ``ps`` any more
+        report = self.requeue_all(identity)
+        self.forget(identity)
+        if report:
+            log.warning(
+                "recovered jobs of %s, %s: requeued %d, buried %d",
+                identity,
+                "whose process is gone from this machine" if beating else "whose heartbeat expired",
+                len(report.requeued),
+                len(report.buried),
+            )
+        return report
