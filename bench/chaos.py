@@ -362,7 +362,10 @@ class Chaos:
             master = self.master.pid if self.master.alive() else None
             pids = self.master.children() | ({master} if master else set())
             for pid in pids - self.tally.stopped_by_chaos - set(self.tally.seen_stopped):
-                if process_state(pid) == "T":
+                # Asked again after the look: the bench adds a pid before it
+                # SIGSTOPs it, so a stop of ours seen here is in the set by now
+                # (the difference above may be older than the stop).
+                if process_state(pid) == "T" and pid not in self.tally.stopped_by_chaos:
                     role = "master" if pid == master else "child"
                     self.tally.seen_stopped[pid] = f"{role}, during {self.phase}"
 
