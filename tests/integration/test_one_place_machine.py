@@ -621,7 +621,11 @@ def machine_settings() -> settings:
     )
 
 
-@pytest.mark.timeout(6 * 3600 if LONG_EXAMPLES else 90)
+# A green run takes about 15 s. The bound is far above that so that a failing
+# run reports its shrunk example: hypothesis may shrink for minutes (it stops
+# itself after 300 s), and a timeout in the middle shows only a confusing
+# FlakyStrategyDefinition instead of the steps.
+@pytest.mark.timeout(6 * 3600 if LONG_EXAMPLES else 600)
 def test_every_job_is_in_exactly_one_place_whatever_workers_masters_and_operators_do(
     redis_url: str, store: redis.Redis
 ) -> None:
