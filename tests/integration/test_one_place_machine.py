@@ -14,6 +14,8 @@ the contract:
 - each of those places holds what the model predicts, in order (queues and
   in-progress lists) and with its score (scheduled and retry sets);
 - ``stat:processed`` and ``stat:failed`` count the outcomes recorded;
+- the set of registered processes is the model's (the orphan scan finds an
+  in-progress list only through its owner's registration);
 - each job's status says where it is (Redis never disagrees with itself);
 - FINISH records an outcome only for the process that still holds the
   entry: ``record`` answers True exactly when the model says the entry is
@@ -27,7 +29,10 @@ moves due entries in score order to the back, a failure retries until the
 job's ``retry`` is used up, a crash is counted only against the one job that
 ran alone. What it learns from the code is only what the code hands to its
 caller: the entries a fetch returned (the bytes a thread holds) and, for
-orphan recovery, the order in which Redis's set listed the orphans.
+orphan recovery, the order in which Redis's set listed the orphans. A unit
+is "held" while its exact entry is in its process's list: a job recovered
+from under a live process and fetched again by that same process, byte for
+byte, is held again, and the first of its two threads to finish records it.
 
 The rules: push (now or scheduled), fetch into one of three worker
 processes, finish with success / retry / dead (a late finish is the same
@@ -133,10 +138,14 @@ class Worker:
             },
             env={},
         )
-        self.ctx = WorkerContext(
-            config=config, identity=Identity(), redis=store, keys=K, scripts=Scripts(store)
-        )
+        # A nonce of its own, not a random one: which of two orphans Redis's set
+        # lists first decides the order of their jobs in a queue, and hypothesis
+        # needs the same steps to give the same states when it replays them.
         self.label = f"w{slot}.{generation}"
+        identity = Identity(nonce=self.label)
+        self.ctx = WorkerContext(
+            config=config, identity=identity, redis=store, keys=K, scripts=Scripts(store)
+        )
         self.fetcher = Fetcher(self.ctx, WorkSignal())
         self.heartbeat = Heartbeat(
             self.ctx, info=dict, on_command=lambda _: None, stop=threading.Event()
@@ -495,8 +504,8 @@ class OnePlace(RuleBasedStateMachine):
         (nothing is done: the move is made only if the entry is still there)."""
         kind, action = move
         model = self.model
-        if kind == "dead":
-            listed = sorted(model.dead)
+        if kind == "dead":  # in the order they were pushed: jids are random
+            listed = [jid for jid in model.pushed if jid in model.dead]
         else:
             due = model.scheduled if kind == "scheduled" else model.retry
             listed = sorted(due, key=due.__getitem__)
@@ -589,6 +598,9 @@ class OnePlace(RuleBasedStateMachine):
             assert {jid_of(raw): score for raw, score in scored} == members, kind
         dead = {jid_of(raw) for raw in self.redis.zrange(K.dead, 0, -1)}
         assert dead == model.dead, "dead"
+        # The orphan scan finds a list only through its owner's registration.
+        registered = {member.decode() for member in self.redis.smembers(K.processes)}
+        assert registered == model.registered, "registered processes"
 
     def _counters_and_statuses(self) -> None:
         model = self.model
