@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from jobmaster.client import Client
 from jobmaster.keys import Keys
 from tests.cgroup import ScratchCgroup
 from tests.helpers import wait_until
-from tests.process.conftest import JobmasterProcess
+from tests.process.conftest import ROOT, JobmasterProcess, jobmaster_command
 from tests.process.test_master import inprogress_owner, working_children
 
 pytestmark = pytest.mark.process
@@ -304,3 +305,54 @@ def all_inprogress(store: redis.Redis) -> list[dict[str, object]]:
         for key in store.scan_iter(match=K.inprogress("*"))
         for raw in store.lrange(key, 0, -1)
     ]
+
+
+@pytest.mark.timeout(60)
+def test_check_ps_and_the_heartbeat_show_the_limit_where_it_was_found(
+    run_jobmaster: Run,
+    write_config: Write,
+    store: redis.Redis,
+    redis_url: str,
+    memory_cgroup: CgroupMaker,
+) -> None:
+    group = memory_cgroup(600 * MB)
+    config = write_config(processes=2, max_child_mb="auto")
+    env = {**os.environ, "JOBMASTER_REDIS_URL": redis_url}
+    checked = subprocess.run(
+        group.wrap([jobmaster_command(), "check", "-c", str(config)]),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    [line] = [x for x in checked.stdout.splitlines() if x.startswith("memory:")]
+    limit_file = "memory.max" if group.version == 2 else "memory.limit_in_bytes"
+    assert f"container limit 600 MB (cgroup v{group.version} {group.path}/{limit_file})" in line
+    assert "max_child_mb auto: about " in line
+    master = run_jobmaster("-c", str(config), cgroup=group)
+    working_children(store, master, 2)
+    key = K.heartbeat(f"*:{master.pid}:*")
+
+    def master_beat() -> dict[bytes, bytes]:
+        for found in store.scan_iter(match=key):
+            return store.hgetall(found)
+        return {}
+
+    wait_until(lambda: float(master_beat().get(b"memory_used_mb", 0)) > 0, timeout=20)
+    assert float(master_beat()[b"memory_limit_mb"]) == 600.0
+    listed = subprocess.run(
+        [jobmaster_command(), "ps", "-c", str(config)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    [row] = [x for x in listed.stdout.splitlines() if f" {master.pid} " in x]
+    assert " master " in row and "/600 MB (" in row
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=30) == 0
