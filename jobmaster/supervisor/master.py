@@ -52,11 +52,13 @@ from jobmaster.supervisor.memory import (
     GUARD,
     LAST_LINE,
     MB,
+    POLL,
     WATCH,
     MemoryWatch,
     Reading,
     auto_limit_mb,
     measure_mb,
+    pace,
 )
 from jobmaster.supervisor.sdnotify import Notifier
 from jobmaster.supervisor.spawn import fork_child, warn_about_threads
@@ -126,6 +128,7 @@ class Master:
         self.memory_used_mb: float | None = None  # the cgroup's, at the last sample
         self.oom_kills: int | None = None  # the kernel's count in our cgroup, last seen
         self.memory_holds: dict[int, int] = {}  # slot -> the pid its replacement waits for
+        self._last_memory_check = self._next_memory_poll = 0.0  # monotonic
         container = self.cgroup.limit if self.cgroup is not None else None
         where = self.cgroup.describe() if self.cgroup is not None else "no memory cgroup"
         limit: float = 0.0
@@ -396,11 +399,12 @@ class Master:
         self.release_holds()  # every pass: a replacement waits no longer than its reap
         now = time.monotonic()
         watch = self.memory
-        if now < self._next_memory_check or not watch.active:
+        if not watch.active or (now < self._next_memory_check and not self.memory_pressing(now)):
             return
         reading = self.read_memory()
         actions = watch.decide(reading, set(self.children.by_pid))
-        self._next_memory_check = time.monotonic() + actions.interval
+        self._last_memory_check = time.monotonic()
+        self._next_memory_check = self._last_memory_check + actions.interval
         self.memory_used_mb = actions.used_mb
         metric, limit = self.config.memory_metric, f"{watch.limit_mb:.0f}"
         if actions.kill is not None:
@@ -423,6 +427,19 @@ class Master:
                     f"uses {size:.0f} MB ({metric}), over max_child_mb {limit}{far}",
                     memory_cause=f"over max_child_mb {limit} ({metric})",
                 )
+
+    def memory_pressing(self, now: float) -> bool:
+        """Between samples: whether the cgroup's usage alone (one file read, at most
+        every POLL) says the next sample is due already (memory.py's pace)."""
+        limit = self.memory.container_mb
+        if self.cgroup is None or not limit or now < self._next_memory_poll:
+            return False
+        self._next_memory_poll = now + POLL
+        usage = self.cgroup.read()
+        if usage is None:
+            return False
+        interval = pace(usage.working_set / MB / limit, self.config.memory_check_interval)
+        return now >= self._last_memory_check + interval
 
     def read_memory(self) -> Reading:
         """Every child's size (leaving ones included) and the cgroup's usage."""

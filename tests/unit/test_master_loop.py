@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 import redis
 
 from jobmaster import exitcodes
+from jobmaster.cgroups import MemoryCgroup
 from jobmaster.config import Config
 from jobmaster.pipes import RequestReader
 from jobmaster.recovery import RecoveryReport, Triage
@@ -907,6 +909,31 @@ def test_near_the_limit_a_replacement_waits_until_the_recycled_child_has_gone(
     check_memory_now(harness)
     harness.master.spawn_missing()
     assert [index for index, _ in harness.forks].count(big.index) == 3  # it has gone
+
+
+def test_between_samples_the_cgroup_usage_alone_brings_the_next_sample_forward(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """memory_check_interval 5 s: three children leaking 20 MB/s took a 600 MB
+    group from 50 % to the kernel's OOM kill between two samples."""
+    (tmp_path / "memory.usage_in_bytes").write_text(f"{300 * 2**20}\n")
+    harness.master.cgroup = MemoryCgroup(1, tmp_path, tmp_path, 600 * 2**20)
+    harness.master.memory.container_mb = 600
+    children = harness.start_all()
+    sizes_for(monkeypatch, {c.pid: 50.0 for c in children})
+    check_memory_now(harness)  # 50 %: the next sample in 5 s
+    assert harness.master._next_memory_check - time.monotonic() > 4.0
+    checked = harness.master._last_memory_check
+    harness.master._next_memory_poll = 0.0
+    harness.master.check_memory()
+    assert harness.master._last_memory_check == checked  # still 50 %: no sample
+    (tmp_path / "memory.usage_in_bytes").write_text(f"{450 * 2**20}\n")  # 75 %
+    harness.master._next_memory_poll = 0.0
+    harness.master._last_memory_check -= 0.5  # WATCH_INTERVAL ago
+    harness.master.check_memory()
+    assert harness.master._last_memory_check > checked  # sampled at once
+    assert harness.master.memory_used_mb == 450
+    assert harness.master._next_memory_check - time.monotonic() <= 0.5
 
 
 def test_a_crash_blames_only_the_jobs_its_child_had_started(harness: Harness) -> None:
