@@ -227,8 +227,10 @@ class Master:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         redis_url: str | None = None,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         self.config = config
+        self.wrap = wrap  # e.g. run it inside a memory cgroup (memory.py --leaks)
         self.url = url
         self.redis_url = redis_url or url
         self.logfile = logfile
@@ -248,8 +250,9 @@ class Master:
     def start(self) -> None:
         command = [jobmaster_executable(), "-c", str(self.config), "--redis-url", self.redis_url]
         with self.logfile.open("ab") as log:
+            command = [*command, *self.extra_args]
             self.proc = subprocess.Popen(
-                [*command, *self.extra_args],
+                self.wrap(command) if self.wrap is not None else command,
                 cwd=BENCH_DIR,
                 env={**clean_environment(self.url), **self.env},
                 stdin=subprocess.DEVNULL,

@@ -1,6 +1,24 @@
-"""Benchmark: memory per child with a preloaded 200 MB app, preload on vs off.
+"""Benchmark: memory per child with a preloaded 200 MB app, preload on vs off;
+with ``--leaks``, which leak rates the memory killer holds in a real cgroup.
 
 This is a benchmark, not a test: it asserts nothing and is never run by pytest.
+
+    .venv/bin/python bench/memory.py --leaks [--rates 10,20,40,60,80]
+        [--limit-mb 600] [--seconds 30] [--processes 3] [--concurrency 2]
+
+``--leaks`` (needs root and a memory cgroup controller, v1 or v2): for each
+rate R (MB/s per child) and for ``max_child_mb`` 0 (the default) and
+"auto", a new cgroup with ``--limit-mb`` (tests/cgroup.py: made under the
+bench's own group, emptied and removed after), a master started inside it
+at the default memory settings (memory_check_interval 5, memory_grace 30),
+``processes x concurrency`` threads, and enough ``bench_leak.leak`` jobs for
+``--seconds``: each keeps R / concurrency MB for good and takes 1 s, so
+every child grows R MB/s for as long as it lives. Figures per run: the
+kernel's OOM kills in the group (``oom_kill`` of memory.oom_control /
+memory.events: the number that must stay 0), the master's memory kills
+(the last line), children told to push back for want of room and the jobs
+they pushed back (each runs again), recycles, jobs completed twice or never,
+the group's peak usage, and the time to run them all.
 
     cd /work/main && .venv/bin/python bench/memory.py [--processes 2] [--concurrency 5]
         [--jobs 200] [--samples 5] [--interval 1] [--app-mb 200] [--no-table] [--keep-log]
@@ -334,6 +352,124 @@ def print_table(report: dict[str, Any]) -> None:
     print("  (growth = child USS warm minus idle, i.e. dirtied by running jobs)\n", file=out)
 
 
+# -- leaks in a real cgroup (--leaks) ----------------------------------------------
+LEAK_JOB = "bench_leak.leak"
+LEAK_RUNS_KEY = "leak:runs"  # bench_leak.RUNS_KEY
+LEAK_DEADLINE_MARGIN = 120.0  # seconds beyond --seconds before a run is called stuck
+
+
+def leak_run(
+    args: argparse.Namespace, tmp: Path, url: str, conn: redis.Redis, rate: float, limit: object
+) -> dict[str, Any]:
+    """One rate, one max_child_mb, in a cgroup of its own."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/cgroup.py
+    from tests.cgroup import make
+
+    directory = tmp / f"leak-{rate:g}-{limit}"
+    directory.mkdir()
+    config = write_config(
+        directory,
+        url,
+        app=["bench_leak"],
+        processes=args.processes,
+        concurrency=args.concurrency,
+        max_child_mb=limit,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+    )
+    group = make(args.limit_mb * MB)
+    master = Master(config, url, directory / "master.log", wrap=group.wrap)
+    jobs = int(args.processes * args.concurrency * args.seconds)
+    tokens = [f"t{n}" for n in range(jobs)]
+    per_job = rate / args.concurrency
+    started = time.monotonic()
+    try:
+        with master.running(f"leak {rate:g} MB/s master"):
+            wait_ready(conn, master, args.processes)
+            started = time.monotonic()
+            jobmaster.Client(url).push_bulk(
+                {"job": LEAK_JOB, "args": [[t, per_job, 1.0] for t in tokens]}
+            )
+            deadline = started + args.seconds + LEAK_DEADLINE_MARGIN
+            while time.monotonic() < deadline and conn.hlen(LEAK_RUNS_KEY) < jobs:
+                time.sleep(0.2)
+            elapsed = time.monotonic() - started
+            runs = [int(v) for v in conn.hvals(LEAK_RUNS_KEY)]
+            oom_kills, peak = group.oom_kills(), group.peak()
+            master.stop()
+    finally:
+        group.destroy()
+        with contextlib.suppress(redis.RedisError):
+            conn.flushall()
+    log = master.logfile.read_text(errors="replace")
+    return {
+        "rate_mb_s_per_child": rate,
+        "max_child_mb": limit,
+        "jobs": jobs,
+        "seconds": elapsed,
+        "kernel_oom_kills": oom_kills,
+        "memory_kills": log.count("memory kill: child"),
+        "pushed_back_no_room": log.count("no room to finish its jobs"),
+        "jobs_pushed_back": sum(
+            int(line.split("stopping with ", 1)[1].split(" ", 1)[0])
+            for line in log.splitlines()
+            if "stopping with " in line and "still running: pushing them back" in line
+        ),
+        "recycles": log.count(": recycling it ("),
+        "ran_twice": sum(1 for r in runs if r > 1),
+        "lost": jobs - len(runs),
+        "peak_mb": (peak or 0) / MB,
+        "held": oom_kills == 0 and len(runs) == jobs,
+    }
+
+
+def run_leaks(args: argparse.Namespace) -> dict[str, Any]:
+    rates = [float(r) for r in args.rates.split(",")]
+    with private_redis(keep=args.keep_log) as (tmp, server):
+        conn = server.client()
+        machine = machine_info(conn)
+        runs = [
+            leak_run(args, tmp, server.url, conn, rate, limit)
+            for limit in (0, "auto")
+            for rate in rates
+        ]
+    return {
+        "machine": machine,
+        "config": {
+            "limit_mb": args.limit_mb,
+            "processes": args.processes,
+            "concurrency": args.concurrency,
+            "seconds": args.seconds,
+            "memory_settings": "defaults (memory_check_interval 5, memory_grace 30)",
+        },
+        "leaks": runs,
+    }
+
+
+def print_leaks(report: dict[str, Any]) -> None:
+    c = report["config"]
+    out = sys.stderr
+    print(
+        f"\n{c['processes']} children x {c['concurrency']} threads in a {c['limit_mb']} MB "
+        f"cgroup, {c['memory_settings']}",
+        file=out,
+    )
+    header = (
+        f"  {'MB/s/child':>10} {'max_child_mb':>12} {'jobs':>5} {'OOM':>4} {'kills':>6} "
+        f"{'no room':>8} {'rerun':>6} {'recycles':>8} {'twice':>6} {'lost':>5} {'peak MB':>8} "
+        f"{'s':>6}"
+    )
+    print(header, file=out)
+    for r in report["leaks"]:
+        print(
+            f"  {r['rate_mb_s_per_child']:>10g} {r['max_child_mb']!s:>12} {r['jobs']:>5} "
+            f"{r['kernel_oom_kills']:>4} {r['memory_kills']:>6} {r['pushed_back_no_room']:>8} "
+            f"{r['jobs_pushed_back']:>6} {r['recycles']:>8} {r['ran_twice']:>6} {r['lost']:>5} "
+            f"{r['peak_mb']:>8.0f} "
+            f"{r['seconds']:>6.1f}",
+            file=out,
+        )
+
+
 # -- main ----------------------------------------------------------------------
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with private_redis(keep=args.keep_log) as (tmp, server):
@@ -384,8 +520,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--app-mb", type=int, default=200, help="size of the app's block")
     parser.add_argument("--no-table", action="store_true", help="JSON on stdout only")
     parser.add_argument("--keep-log", action="store_true", help="keep the temp dir and logs")
+    parser.add_argument("--leaks", action="store_true", help="leak rates in a real cgroup")
+    parser.add_argument("--rates", default="10,20,40,60,80", help="MB/s per child, with --leaks")
+    parser.add_argument("--limit-mb", type=int, default=600, help="the cgroup's, with --leaks")
+    parser.add_argument("--seconds", type=float, default=30, help="of jobs, with --leaks")
     args = parser.parse_args(argv)
     exit_on_term()
+    if args.leaks:
+        return emit(run_leaks(args), print_leaks, args.no_table)
     return emit(run(args), print_table, args.no_table)
 
 

@@ -181,6 +181,7 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
         f"queues:      {', '.join(config.queues)}{' (strict order)' if config.strict else ''}",
         f"namespace:   {config.namespace}",
     ]
+    lines.append(f"memory:      {memory_summary(config)}")
     if config.secret_key:  # how many keys, never the keys
         lines.append(f"secret_key:  {len(config.secret_key)} key(s), the first one encrypts")
     if config.redis_url == "embedded":
@@ -201,6 +202,26 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
         lines.append(f"periodic:    {name}: {entry.job} ({when})")
     click.echo("\n".join(lines))
     click.echo("ok")
+
+
+def memory_summary(config: Config) -> str:
+    """The container limit the memory killer will act on, where it was found, and
+    the per-child limit (as "auto" would work it out from this process's group)."""
+    from jobmaster.cgroups import find_memory_cgroup
+    from jobmaster.supervisor.memory import auto_limit_mb
+
+    found = find_memory_cgroup(config.cgroup_root)
+    container = found.describe() if found is not None else "no memory cgroup found"
+    per_child = config.max_child_mb
+    if per_child == "auto":
+        usage = found.read() if found is not None else None
+        if found is None or found.limit is None:
+            return f"container limit {container}; max_child_mb auto: off (no limit)"
+        base = usage.working_set if usage is not None else 0
+        mb = auto_limit_mb(found.limit, base, config.processes)
+        return f"container limit {container}; max_child_mb auto: about {mb} MB per child"
+    child = f"{per_child} MB" if per_child else "off"
+    return f"container limit {container}; max_child_mb {child}"
 
 
 @main.command()

@@ -4,7 +4,10 @@ Child to master (the ready pipe): one byte an event: ``R`` the child is up,
 ``M`` it reached max_jobs_per_child, ``T`` a job is stuck past its timeout;
 end of file when it exits.
 
-Master to child (the request pipe): one line a request, ``recycle <reason>``.
+Master to child (the request pipe): one line a request, ``recycle <reason>``
+(over memory: finish your jobs within memory_grace, then stop), or
+``push-back <reason>`` (no room left in the container to finish them: a
+recycled child pushes its jobs back now).
 A request, not a signal: a signal may come from anyone (``systemctl kill``
 reaches every process of the unit), so a child that treated USR2 as "you are
 over your memory limit" was recycled by a platform's broadcast; and a signal
@@ -17,7 +20,7 @@ import contextlib
 import os
 
 READY, MAX_JOBS, STUCK = b"R", b"M", b"T"
-RECYCLE = "recycle"
+RECYCLE, PUSH_BACK = "recycle", "push-back"
 MAX_LINE = 1024  # a request is a verb and a short reason
 
 

@@ -554,7 +554,7 @@ _ALL = [
     Setting(
         name="memory_check_interval",
         default=5.0,
-        help="Seconds between two measurements of the children's memory.",
+        help="Seconds between two measurements of the children's memory (faster near a limit).",
         parse=number(0, exclusive=True),
     ),
     Setting(
@@ -584,7 +584,7 @@ _ALL = [
     Setting(
         name="cgroup_root",
         default="/sys/fs/cgroup",
-        help='Where to read the container memory limit for "auto" and the guard.',
+        help="Where the cgroup filesystems are mounted; the memory limit is our own cgroup's.",
         parse=path,
         env="JOBMASTER_CGROUP_ROOT",
     ),

@@ -130,6 +130,21 @@ def bloat(marker: str, megabytes: int, seconds: float) -> None:
     record.func(marker)
 
 
+@jobmaster.job(name="tests.grow")
+def grow(marker: str, megabytes: int, per_second: float, hold: float = 0.0) -> None:
+    """Grows ``per_second`` MB a second, 10 MB at a time, up to ``megabytes``, and
+    keeps it ``hold`` seconds more: a job too big for its container, growing as
+    real ones do (an allocation made at once is the kernel's before any sample)."""
+    store().hincrby("test:attempts", marker, 1)
+    held = []
+    for _ in range(megabytes // 10):
+        held.append(b"x" * (10 * 2**20))
+        time.sleep(10 / per_second)
+    store().sadd("test:grown", marker)
+    time.sleep(hold)
+    record.func(marker)
+
+
 @jobmaster.job(name="tests.spin", timeout=1, retry=1, backoff=0)
 def spin(marker: str) -> None:
     """Pure Python forever: the timeout must interrupt it."""

@@ -83,6 +83,16 @@ class Process:
         does not say); a child's is its master's."""
         return number(self.info.get("max_child_mb"))
 
+    @property
+    def memory_limit_mb(self) -> float:
+        """A master's container (cgroup) memory limit; 0: none known."""
+        return number(self.info.get("memory_limit_mb"))
+
+    @property
+    def memory_used_mb(self) -> float:
+        """What the master's cgroup uses (less inactive page cache), at its last sample."""
+        return number(self.info.get("memory_used_mb"))
+
 
 @dataclass(frozen=True)
 class RunningJob:

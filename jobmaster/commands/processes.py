@@ -40,15 +40,25 @@ def capacity(process: Process) -> int:
     return process.concurrency
 
 
+def memory(process: Process) -> str:
+    """A worker process's own memory; a master's container: used / limit (share)."""
+    if process.memory_mb is not None:
+        return f"{process.memory_mb:.0f} MB"
+    limit = process.memory_limit_mb
+    if process.role == "master" and limit:
+        used = process.memory_used_mb
+        return f"{used:.0f}/{limit:.0f} MB ({used / limit:.0%})"
+    return "-"
+
+
 def as_row(process: Process, now: float) -> tuple[object, ...]:
-    memory = f"{process.memory_mb:.0f} MB" if process.memory_mb is not None else "-"
     return (
         process.hostname,
         process.pid,
         role(process),
         ",".join(process.queues) or "-",
         f"{process.busy}/{capacity(process)}",
-        memory,
+        memory(process),
         duration(now - process.started_at) if process.started_at else "-",
         yes_no(process.quiet),
         process.identity,
@@ -58,7 +68,11 @@ def as_row(process: Process, now: float) -> tuple[object, ...]:
 def process_json(process: Process) -> dict[str, Any]:
     data = dataclasses.asdict(process)
     data.pop("info")  # the heartbeat as written: every useful field is above
-    return {**data, "capacity": capacity(process)}
+    extra: dict[str, Any] = {"capacity": capacity(process)}
+    if process.role == "master":
+        extra["memory_limit_mb"] = process.memory_limit_mb  # the container's; 0: none
+        extra["memory_used_mb"] = process.memory_used_mb
+    return {**data, **extra}
 
 
 @click.command(name="ps")
@@ -68,7 +82,8 @@ def ps_command(as_json: bool, config_file: str | None, redis_url: str | None, de
     """Live masters, their children and lone workers, on every host.
 
     Each master is followed by its children. BUSY is jobs running / threads;
-    IDENTITY is what `jobmaster ctl` takes.
+    MEMORY is a child's own, and for a master its container's (cgroup) usage
+    against its limit; IDENTITY is what `jobmaster ctl` takes.
     """
     with target(config_file, redis_url) as t:
         processes = ProcessSet(t.client).list()

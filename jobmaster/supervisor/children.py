@@ -35,6 +35,9 @@ class Child:
     stop_reason: str = ""
     ready_at: float | None = None  # monotonic, once it reported ready
     memory_cause: str | None = None  # set when recycled over its memory limit
+    # What it did, for a job's dead_reason if it dies of it: "the worker
+    # process <event> while running this job".
+    memory_event: str = "was recycled over its memory limit"
     # Why it is being replaced (hup, memory, max_jobs, timeout): the reason
     # label of jobmaster_child_restarts_total once it is gone. Empty: a stop.
     restart_reason: str = ""

@@ -92,6 +92,10 @@ class MasterState:
     quiet: bool
     stopping: bool
     children: tuple[str, ...]  # identities
+    # The container's (our cgroup's) memory limit and usage, for ps and the
+    # dashboard (0: none found / not sampled).
+    memory_limit_mb: float = 0.0
+    memory_used_mb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -334,6 +338,8 @@ class RedisDuties:
                 "concurrency": self.config.concurrency,
                 "processes": state.wanted,
                 "max_child_mb": self.max_child_mb,
+                "memory_limit_mb": round(state.memory_limit_mb, 1),
+                "memory_used_mb": round(state.memory_used_mb, 1),
                 "children": ",".join(state.children),
                 "quiet": int(state.quiet),
                 "started_at": self.started_at,

@@ -23,6 +23,7 @@ import time
 import redis
 
 from jobmaster import exitcodes
+from jobmaster.cgroups import find_memory_cgroup
 from jobmaster.config import Config
 from jobmaster.connection import connect, wait_for_redis
 from jobmaster.deadset import DeadSetLimits
@@ -30,7 +31,7 @@ from jobmaster.embedded import EmbeddedRedis
 from jobmaster.keys import Keys
 from jobmaster.metrics.hub import MetricsHub
 from jobmaster.periodic import PeriodicTicker
-from jobmaster.pipes import MAX_JOBS, READY, RECYCLE, STUCK, send_request
+from jobmaster.pipes import MAX_JOBS, PUSH_BACK, READY, RECYCLE, STUCK, send_request
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import master_title, set_title
 from jobmaster.recovery import Recovery
@@ -52,11 +53,17 @@ from jobmaster.supervisor.children import (
 from jobmaster.supervisor.duties import DeadChild, MasterState, RedisDuties
 from jobmaster.supervisor.history import HistoryRecorder
 from jobmaster.supervisor.memory import (
+    AUTO_FILL,
+    GUARD,
+    LAST_LINE,
     MB,
+    POLL,
+    WATCH,
     MemoryWatch,
+    Reading,
     auto_limit_mb,
-    container_limit_bytes,
     measure_mb,
+    pace,
 )
 from jobmaster.supervisor.sdnotify import Notifier
 from jobmaster.supervisor.spawn import fork_child, warn_about_threads
@@ -114,32 +121,56 @@ class Master:
         )
 
     def memory_policy(self) -> MemoryWatch:
-        """The per-child limit (a number, or "auto" from the container) and the guard."""
+        """The per-child limit (a number, or "auto" from the container), and the
+        container's limit: our own cgroup's, where the kernel applies it (cgroups.py)."""
         config = self.config
-        container = container_limit_bytes(config.cgroup_root)
-        container_mb = container / MB if container else None
+        self.cgroup = find_memory_cgroup(config.cgroup_root)
+        self.memory_used_mb: float | None = None  # the cgroup's, at the last sample
+        self.oom_kills: int | None = None  # the kernel's count in our cgroup, last seen
+        self.memory_holds: dict[int, int] = {}  # slot -> the pid its replacement waits for
+        self._last_memory_check = self._next_memory_poll = 0.0  # monotonic
+        container = self.cgroup.limit if self.cgroup is not None else None
+        where = self.cgroup.describe() if self.cgroup is not None else "no memory cgroup"
         limit: float = 0.0
         if config.max_child_mb == "auto":
             if container is None:
-                log.warning("max_child_mb = auto, but no container memory limit found: off")
+                log.warning("max_child_mb = auto, but no container memory limit (%s): off", where)
             else:
-                master = int((measure_mb(os.getpid(), "rss") or 0) * MB)
-                limit = auto_limit_mb(container, master, config.processes)
+                base, what = self.memory_base()
+                limit = auto_limit_mb(container, base, config.processes)
                 log.info(
-                    "max_child_mb auto: %d MB per child (container %.0f MB, master %.0f MB, "
-                    "%d children, 10%% headroom)",
+                    "max_child_mb auto: %d MB per child (%d children sharing %.0f%% of the "
+                    "container's %.0f MB, less %.0f MB of %s)",
                     limit,
-                    container / MB,
-                    master / MB,
                     config.processes,
+                    AUTO_FILL * 100,
+                    container / MB,
+                    base / MB,
+                    what,
                 )
         else:
             limit = float(config.max_child_mb)
-        if container_mb:
+        if container is not None:
             log.info(
-                "container memory limit %.0f MB: recycling the largest child at 90%%", container_mb
+                "container memory limit %s: sampling faster from %.0f%%, recycling the largest "
+                "child at %.0f%%, killing it at %.0f%%",
+                where,
+                WATCH * 100,
+                GUARD * 100,
+                LAST_LINE * 100,
             )
-        return MemoryWatch(limit_mb=limit, container_mb=container_mb)
+        container_mb = container / MB if container is not None else None
+        interval = config.memory_check_interval
+        return MemoryWatch(limit_mb=limit, container_mb=container_mb, interval=interval)
+
+    def memory_base(self) -> tuple[int, str]:
+        """What the container holds before any child: the group's usage (the
+        master, and anything else in it: an embedded Redis, a sidecar), else the
+        master's own RSS; in bytes, with what it is."""
+        usage = self.cgroup.read() if self.cgroup is not None else None
+        if usage is not None:
+            return usage.working_set, "the group's usage before forking"
+        return int((measure_mb(os.getpid(), "rss") or 0) * MB), "the master's RSS"
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> int:
@@ -307,15 +338,23 @@ class Master:
         saying which limit: it finishes its jobs within memory_grace, then
         stops; jobs it must push back then count a crash (only those it was
         running: poison.py), so a job that bloats every time ends in the dead
-        set. A child
-        at max_jobs_per_child has quieted itself already and stops the same
+        set. With the container near its limit, the replacement waits until
+        the child has gone (``hold_replacement``). A child at
+        max_jobs_per_child has quieted itself already and stops the same
         way, without blame. ``kind`` labels the restart in the metrics.
         """
         if child.state not in (STARTING, RUNNING, QUIET):
             return
         child.restart_reason = kind
+        held = memory_cause is not None and self.hold_replacement(child)
         log.warning(
-            "child %d (pid %d) %s: recycling it (replacement first)", child.index, child.pid, reason
+            "child %d (pid %d) %s: recycling it (%s)",
+            child.index,
+            child.pid,
+            reason,
+            f"replacement once it has gone: the container uses {self.memory_usage()}"
+            if held
+            else "replacement first",
         )
         child.memory_cause = memory_cause
         if memory_cause is not None:
@@ -331,39 +370,149 @@ class Master:
             child.stop_deadline = time.monotonic() + self.config.memory_grace
             child.stop_deadline += self.config.shutdown_timeout + STOP_MARGIN
 
+    def hold_replacement(self, child: Child) -> bool:
+        """Replacement first only where there is room for both: with the container
+        over WATCH, a child recycled over memory is replaced once it has gone.
+
+        Why: a fresh child costs some tens of MB the moment it forks and starts
+        its jobs, while the old one still holds all of its memory until its
+        jobs end. Three children of a 600 MB container recycled at once near
+        80 % took it to 97 % within 200 ms. Capacity dips by one child for as
+        long as the old one takes to finish its jobs (at most memory_grace).
+        """
+        used, limit = self.memory_used_mb, self.memory.container_mb
+        if used is None or not limit or used < WATCH * limit:
+            return False
+        self.memory_holds[child.index] = child.pid
+        bound = self.config.memory_grace + self.config.shutdown_timeout + 2 * STOP_MARGIN
+        self.respawn_at[child.index] = time.monotonic() + bound  # never held for ever
+        return True
+
+    def release_holds(self) -> None:
+        """Fork the replacements held back for children now gone (or with room again)."""
+        limit = self.memory.container_mb or 0.0
+        room = self.memory_used_mb is not None and self.memory_used_mb < WATCH * limit
+        for index, pid in list(self.memory_holds.items()):
+            if pid not in self.children.by_pid or room:
+                del self.memory_holds[index]
+                self.respawn_at.pop(index, None)
+
     def check_memory(self) -> None:
+        """Sample the children and the cgroup; recycle, push back or kill as the
+        watch decides (memory.py). psutil and file reads only: no Redis here."""
+        self.release_holds()  # every pass: a replacement waits no longer than its reap
         now = time.monotonic()
         watch = self.memory
-        if now < self._next_memory_check or not (watch.limit_mb or watch.container_mb):
+        if not watch.active or (now < self._next_memory_check and not self.memory_pressing(now)):
             return
-        self._next_memory_check = now + self.config.memory_check_interval
+        reading = self.read_memory()
+        actions = watch.decide(reading, set(self.children.by_pid))
+        self._last_memory_check = time.monotonic()
+        self._next_memory_check = self._last_memory_check + actions.interval
+        self.memory_used_mb = actions.used_mb
+        metric, limit = self.config.memory_metric, f"{watch.limit_mb:.0f}"
+        if actions.kill is not None:
+            self.memory_kill(self.children.by_pid[actions.kill[0]], actions.kill[1])
+        for pid in actions.push_back:
+            self.push_back_now(self.children.by_pid[pid])
+        for pid, size, why in actions.recycle:
+            child = self.children.by_pid[pid]
+            if why == "guard":
+                self.recycle(
+                    child,
+                    f"is the largest ({size:.0f} MB {metric}) while the container uses "
+                    f"{self.memory_usage()} (container guard at {GUARD:.0%})",
+                    memory_cause=f"container memory guard ({watch.container_mb:.0f} MB)",
+                )
+            else:
+                far = f", {size / watch.limit_mb:.2f}x: at once" if why == "far" else ""
+                self.recycle(
+                    child,
+                    f"uses {size:.0f} MB ({metric}), over max_child_mb {limit}{far}",
+                    memory_cause=f"over max_child_mb {limit} ({metric})",
+                )
+
+    def memory_pressing(self, now: float) -> bool:
+        """Between samples: whether the cgroup's usage alone (one file read, at most
+        every POLL) says the next sample is due already (memory.py's pace)."""
+        limit = self.memory.container_mb
+        if self.cgroup is None or not limit or now < self._next_memory_poll:
+            return False
+        self._next_memory_poll = now + POLL
+        usage = self.cgroup.read()
+        if usage is None:
+            return False
+        interval = pace(usage.working_set / MB / limit, self.config.memory_check_interval)
+        return now >= self._last_memory_check + interval
+
+    def read_memory(self) -> Reading:
+        """Every child's size (leaving ones included) and the cgroup's usage."""
         metric = self.config.memory_metric
         sizes = {}
-        for child in self.children.in_state(RUNNING, QUIET):
+        for child in self.children:
             size = measure_mb(child.pid, metric)
             if size is not None:
                 sizes[child.pid] = size
                 log.debug("child %d (pid %d): %.0f MB %s", child.index, child.pid, size, metric)
         self.sizes = sizes
-        for pid, size in watch.over_limit(sizes):
-            child = self.children.by_pid[pid]
-            limit = f"{watch.limit_mb:.0f}"
-            self.recycle(
-                child,
-                f"uses {size:.0f} MB ({metric}), over max_child_mb {limit}",
-                memory_cause=f"over max_child_mb {limit} ({metric})",
-            )
         leaving = self.children.in_state(RETIRING, STOPPING)
-        guarded = watch.guard(sizes)
-        if guarded is not None and not leaving:
-            pid, size = guarded
-            self.recycle(
-                self.children.by_pid[pid],
-                f"is the largest ({size:.0f} MB {metric}) while the children use "
-                f"{sum(sizes.values()):.0f} MB of the container's {watch.container_mb:.0f} MB "
-                "(container guard at 90%)",
-                memory_cause=f"container memory guard ({watch.container_mb:.0f} MB)",
-            )
+        usage = self.cgroup.read() if self.cgroup is not None else None
+        if usage is not None and usage.oom_kills is not None:
+            if self.oom_kills is not None and usage.oom_kills > self.oom_kills:
+                log.error(
+                    "the kernel OOM-killed %d process(es) in our cgroup (%s)",
+                    usage.oom_kills - self.oom_kills,
+                    self.memory_usage(),
+                )
+            self.oom_kills = usage.oom_kills
+        return Reading(
+            sizes,
+            leaving=frozenset(c.pid for c in leaving),
+            starting=frozenset(c.pid for c in self.children.in_state(STARTING)),
+            recycled=frozenset(c.pid for c in leaving if c.memory_cause is not None),
+            used_mb=usage.working_set / MB if usage is not None else None,
+            master_mb=(measure_mb(os.getpid(), "rss") or 0.0) if usage is None else 0.0,
+        )
+
+    def memory_usage(self) -> str:
+        used, limit = self.memory_used_mb, self.memory.container_mb
+        if used is None or not limit:
+            return "an unknown share of its limit"
+        return f"{used:.0f} MB of {limit:.0f} MB ({used / limit:.0%})"
+
+    def memory_kill(self, child: Child, size: float) -> None:
+        """The last line: SIGKILL the largest child now; its jobs are requeued
+        when it is reaped, blamed as exactly as for a crash (poison.py)."""
+        limit = self.memory.container_mb or 0.0
+        log.warning(
+            "memory kill: child %d (pid %d), the largest (%.0f MB %s), SIGKILLed: the container "
+            "uses %s, past the last line at %.0f%%; its jobs are requeued",
+            child.index,
+            child.pid,
+            size,
+            self.config.memory_metric,
+            self.memory_usage(),
+            LAST_LINE * 100,
+        )
+        child.memory_cause = f"container memory at {self.memory_used_mb or 0:.0f} of {limit:.0f} MB"
+        child.memory_event = "was killed over the container's memory limit"
+        child.restart_reason = "memory"
+        self.expect_stop(child, "memory kill")  # its exit is no crash: the cause says why
+        self.kill(child, signal.SIGKILL)
+
+    def push_back_now(self, child: Child) -> None:
+        """No room for a recycled child to finish its jobs: it pushes them back now."""
+        if not send_request(child.requests_fd, PUSH_BACK, self.memory_usage()):
+            return  # its pipe is gone: it is leaving anyway, and the last line holds
+        log.warning(
+            "child %d (pid %d): no room to finish its jobs (the container uses %s): "
+            "pushing them back now",
+            child.index,
+            child.pid,
+            self.memory_usage(),
+        )
+        deadline = time.monotonic() + STOP_MARGIN
+        child.stop_deadline = min(child.stop_deadline or deadline, deadline)
 
     def handle_sigusr1(self) -> None:
         self.forward(signal.SIGUSR1)
@@ -544,8 +693,7 @@ class Master:
             triage = crash_triage(config.max_crashes, config.crash_queue, cause, "died", started)
         elif child.memory_cause is not None and os.WIFSIGNALED(status):
             # Killed by us after its grace: what it still ran bloated it.
-            event = "was recycled over its memory limit"
-            memory = child.memory_cause
+            memory, event = child.memory_cause, child.memory_event
             triage = crash_triage(config.max_crashes, config.crash_queue, memory, event, started)
         where, how = f"child {child.index} (pid {child.pid})", exits.describe(status)
         # Its list is requeued by the Redis thread, which logs the count.
@@ -603,7 +751,8 @@ class Master:
         """What the heartbeat shows, as of this pass: the Redis thread never
         reads the loop's own (changing) objects."""
         children = tuple(c.identity for c in self.children)
-        self.duties.publish(MasterState(self.wanted, self.quiet, self.stopping, children))
+        memory = (self.memory.container_mb or 0.0, self.memory_used_mb or 0.0)
+        self.duties.publish(MasterState(self.wanted, self.quiet, self.stopping, children, *memory))
 
     def take_news(self) -> None:
         """Remote commands the Redis thread read, and the requeues it did."""

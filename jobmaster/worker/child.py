@@ -11,7 +11,8 @@ processor threads do the work; this thread only listens and steers:
 - TSTP / CONT or remote ``quiet`` / ``resume``; USR1: log every thread's stack.
 - HUP, TTIN, TTOU, USR2: nothing (signals.MASTER_ONLY): they reach a child only
   when something signals every process at once, and only the master acts.
-- the master's requests on its pipe (pipes.py): ``recycle <reason>``.
+- the master's requests on its pipe (pipes.py): ``recycle <reason>``, and
+  ``push-back`` once recycled, when there is no room to finish its jobs.
 - the master gone (our parent pid changed): graceful stop, no orphan workers.
 """
 
@@ -32,7 +33,7 @@ from jobmaster import exitcodes
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.metrics.jobs import Reporter
-from jobmaster.pipes import MAX_JOBS, READY, RECYCLE, STUCK, RequestReader
+from jobmaster.pipes import MAX_JOBS, PUSH_BACK, READY, RECYCLE, STUCK, RequestReader
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import DUMP, MASTER_ONLY, QUIET, RESUME, STOP, STOP_NOW, SignalQueue
@@ -107,7 +108,9 @@ def serve(
         blame = lambda started: crash_triage(  # noqa: E731
             config.max_crashes, config.crash_queue, cause, event, started
         )
-    timeout = 0 if reason in ("SIGQUIT",) else config.shutdown_timeout
+    # No room (the master's push-back): what still runs goes back now, as
+    # waiting for it could take the container over its limit.
+    timeout = 0 if reason in ("SIGQUIT",) or steering.no_room else config.shutdown_timeout
     worker.stop(timeout, stop_now, blame)
     if reporter is not None:
         reporter.flush()  # after the last job is recorded: a graceful stop loses no count
@@ -155,6 +158,7 @@ class Steering:
         self.recycle_deadline: float | None = None
         self.recycle_reason = ""
         self.memory_cause: str | None = None
+        self.no_room = False  # the master said so: push back now, no grace
 
     def on_stuck_job(self) -> None:
         """A thread is lost to a job stuck past its timeout: get replaced (a lone
@@ -250,6 +254,15 @@ class Steering:
             if self.recycle_deadline is None:
                 self.memory_cause = reason or "over its memory limit"
                 self.begin_recycle(f"recycled by the master: {self.memory_cause}")
+        elif verb == PUSH_BACK:
+            if self.memory_cause is not None and not self.no_room:
+                log.warning(
+                    "no room to finish %d job(s) (the container uses %s): pushing them back now",
+                    self.worker.manager.busy,
+                    reason or "too much",
+                )
+                self.no_room = True
+                self.recycle_deadline = time.monotonic()  # the grace is over
         else:
             log.warning("ignored an unknown request from the master: %r", verb)
 

@@ -25,6 +25,7 @@ import pytest
 import redis
 
 from jobmaster.keys import Keys
+from tests.cgroup import ScratchCgroup, Unavailable, make
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,12 +105,16 @@ def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Jobm
 
     tag = uuid.uuid4().hex
 
-    def start(*args: str, env: dict[str, str] | None = None) -> JobmasterProcess:
+    def start(
+        *args: str, env: dict[str, str] | None = None, cgroup: ScratchCgroup | None = None
+    ) -> JobmasterProcess:
+        """``cgroup``: start it inside that memory cgroup (tests/cgroup.py)."""
         log_path = tmp_path / f"jobmaster-{len(started)}.log"
         environment = {**os.environ, "JOBMASTER_REDIS_URL": redis_url, TAG: tag, **(env or {})}
+        command = [jobmaster_command(), *args]
         with log_path.open("wb") as log_file:
             popen = subprocess.Popen(
-                [jobmaster_command(), *args],
+                cgroup.wrap(command) if cgroup is not None else command,
                 cwd=ROOT,
                 env=environment,
                 stdout=log_file,
@@ -169,3 +174,22 @@ def wait_for_worker(store: redis.Redis, process: JobmasterProcess, timeout: floa
 
     wait_until(has_heartbeat, timeout=timeout, message="worker heartbeat")
     return found[0]
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[Callable[[int], ScratchCgroup]]:
+    """Make real memory cgroups (``memory_cgroup(limit_bytes)``), skipping the test
+    with the reason where none can be made; each is emptied and removed after."""
+    made: list[ScratchCgroup] = []
+
+    def create(limit_bytes: int) -> ScratchCgroup:
+        try:
+            group = make(limit_bytes)
+        except Unavailable as why:
+            pytest.skip(str(why))
+        made.append(group)
+        return group
+
+    yield create
+    for group in made:
+        group.destroy()

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 import redis
 
 from jobmaster import exitcodes
+from jobmaster.cgroups import MemoryCgroup
 from jobmaster.config import Config
 from jobmaster.pipes import RequestReader
 from jobmaster.poison import crash_triage
@@ -127,6 +129,9 @@ class Harness:
         config.shutdown_timeout = 10.0
         config.max_crashes = 3
         config.crash_queue = ""
+        # No memory cgroup: the machine's own would make the container's usage
+        # real; the memory tests give sizes, and the master sums them.
+        config.cgroup_root = "/nonexistent/cgroup"
         self.forks: list[tuple[int, list[int]]] = []  # (index, fds closed in the child)
         self.forked_quiet: list[bool] = []  # told at fork that the pool is quiet
         self.kills: list[tuple[int, int]] = []
@@ -905,6 +910,104 @@ def test_the_container_guard_recycles_the_largest_once_at_a_time(
     assert verb == "recycle" and reason == "container memory guard (1000 MB)"
     check_memory_now(harness)  # still over, but one child is already leaving
     assert [c.state for c in (children[0], children[2])] == [RUNNING, RUNNING]
+
+
+def test_the_last_line_kills_the_largest_child_and_blames_its_jobs_exactly(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.master.memory.container_mb = 1000
+    children = harness.start_all()
+    big = children[1]
+    sizes_for(monkeypatch, {children[0].pid: 300.0, big.pid: 400.0, children[2].pid: 260.0})
+    check_memory_now(harness)  # 960 MB of 1000: past 95 %
+    assert harness.signals_to(big) == [signal.SIGKILL]
+    assert big.state == STOPPING and big.restart_reason == "memory"
+    assert all(harness.signals_to(c) == [] for c in (children[0], children[2]))
+    check_memory_now(harness)  # not reaped yet: no second kill
+    assert [harness.signals_to(c) for c in children] == [[], [signal.SIGKILL], []]
+    harness.slots[big.pid].mark(0, b"the bloating job")
+    harness.die(big, killed_by(signal.SIGKILL))
+    [(identity, triage)] = harness.recovery.requeued
+    assert identity == big.identity and triage is not None
+    _, reason = triage(b"the bloating job", {"jid": "j", "crash_count": 2})
+    assert reason == (
+        "the worker process was killed over the container's memory limit while running "
+        "this job 3 times: container memory at 960 of 1000 MB"
+    )
+    assert triage(b"fetched, not started", {"jid": "k"}) == ({"jid": "k"}, None)
+    harness.master.spawn_missing()  # a kill is no crash: replaced without backoff
+    assert [index for index, _ in harness.forks].count(big.index) == 2
+
+
+def test_no_room_a_recycled_child_pushes_its_jobs_back_now(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.master.memory.container_mb = 1000
+    children = harness.start_all()
+    sizes = {children[0].pid: 300.0, children[1].pid: 350.0, children[2].pid: 260.0}
+    sizes_for(monkeypatch, sizes)
+    check_memory_now(harness)  # 910: the guard recycles the largest
+    assert [verb for verb, _ in harness.requests_to(children[1])] == ["recycle"]
+    sizes[children[1].pid] = 380.0
+    check_memory_now(harness)  # 940, and it still runs: no room to finish its jobs
+    [(verb, reason)] = harness.requests_to(children[1])
+    assert verb == "push-back" and reason == "940 MB of 1000 MB (94%)"
+    assert children[1].stop_deadline is not None
+    assert children[1].stop_deadline - time.monotonic() <= 5.0  # it goes now, or is killed
+    check_memory_now(harness)
+    assert harness.requests_to(children[1]) == []  # told once
+
+
+def test_near_the_limit_a_replacement_waits_until_the_recycled_child_has_gone(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.master.memory.container_mb = 1000
+    harness.master.memory.limit_mb = 200
+    children = harness.start_all()
+    big = children[0]
+    sizes = {big.pid: 260.0, children[1].pid: 200.0, children[2].pid: 200.0}
+    sizes_for(monkeypatch, sizes)  # 660: under 70 %, replacement first
+    for _ in range(3):
+        check_memory_now(harness)
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks].count(big.index) == 2
+    [replacement] = [c for c in harness.children() if c.index == big.index and c is not big]
+    harness.ready(replacement)
+    sizes.update({replacement.pid: 260.0, big.pid: 60.0})  # 720 with the old one: over 70 %
+    for _ in range(3):
+        check_memory_now(harness)
+    assert replacement.state == STOPPING
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks].count(big.index) == 2  # held back
+    harness.die(replacement, exited_with(0))
+    check_memory_now(harness)
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks].count(big.index) == 3  # it has gone
+
+
+def test_between_samples_the_cgroup_usage_alone_brings_the_next_sample_forward(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """memory_check_interval 5 s: three children leaking 20 MB/s took a 600 MB
+    group from 50 % to the kernel's OOM kill between two samples."""
+    (tmp_path / "memory.usage_in_bytes").write_text(f"{300 * 2**20}\n")
+    harness.master.cgroup = MemoryCgroup(1, tmp_path, tmp_path, 600 * 2**20)
+    harness.master.memory.container_mb = 600
+    children = harness.start_all()
+    sizes_for(monkeypatch, {c.pid: 50.0 for c in children})
+    check_memory_now(harness)  # 50 %: the next sample in 5 s
+    assert harness.master._next_memory_check - time.monotonic() > 4.0
+    checked = harness.master._last_memory_check
+    harness.master._next_memory_poll = 0.0
+    harness.master.check_memory()
+    assert harness.master._last_memory_check == checked  # still 50 %: no sample
+    (tmp_path / "memory.usage_in_bytes").write_text(f"{450 * 2**20}\n")  # 75 %
+    harness.master._next_memory_poll = 0.0
+    harness.master._last_memory_check -= 0.5  # WATCH_INTERVAL ago
+    harness.master.check_memory()
+    assert harness.master._last_memory_check > checked  # sampled at once
+    assert harness.master.memory_used_mb == 450
+    assert harness.master._next_memory_check - time.monotonic() <= 0.5
 
 
 def test_a_crash_blames_only_the_jobs_its_child_had_started(harness: Harness) -> None:

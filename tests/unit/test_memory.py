@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
 from jobmaster.supervisor.memory import (
+    AUTO_FILL,
+    CLOSE,
+    CLOSE_INTERVAL,
     CONSECUTIVE,
+    FAR_OVER,
+    GUARD,
+    LAST_LINE,
     MB,
+    WATCH,
+    WATCH_INTERVAL,
     MemoryWatch,
+    Reading,
     auto_limit_mb,
-    container_limit_bytes,
 )
 from jobmaster.worker.child import jittered
 
@@ -20,59 +27,144 @@ from jobmaster.worker.child import jittered
 def test_one_spike_does_not_recycle_three_samples_in_a_row_do() -> None:
     watch = MemoryWatch(limit_mb=150)
     assert CONSECUTIVE == 3
-    assert watch.over_limit({1: 200}) == []
+    assert watch.over_limit({1: 160}) == []
     assert watch.over_limit({1: 100}) == []  # back under: the count starts over
-    assert watch.over_limit({1: 200}) == []
-    assert watch.over_limit({1: 210}) == []
-    assert watch.over_limit({1: 220}) == [(1, 220)]
-    assert watch.over_limit({1: 230}) == []  # counted afresh after a recycle decision
+    assert watch.over_limit({1: 160}) == []
+    assert watch.over_limit({1: 170}) == []
+    assert watch.over_limit({1: 180}) == [(1, 180, "limit")]
+    assert watch.over_limit({1: 180}) == []  # counted afresh after a recycle decision
+
+
+def test_a_child_far_over_its_limit_is_recycled_at_the_first_sample() -> None:
+    """A child growing 20 MB/s is 200-300 MB past its limit by a third sample 5 s apart."""
+    watch = MemoryWatch(limit_mb=150)
+    assert FAR_OVER == 1.25
+    assert watch.over_limit({1: 100, 2: 100}) == []
+    assert watch.over_limit({1: 187, 2: 188}) == [(2, 188, "far")]
+
+
+def test_a_child_far_over_from_its_first_sample_waits_its_three_samples() -> None:
+    """RSS and a 400 MB preloaded app: its replacement would be as big."""
+    watch = MemoryWatch(limit_mb=200)
+    assert watch.over_limit({1: 437}) == []
+    assert watch.over_limit({1: 437}) == []
+    assert watch.over_limit({1: 437}) == [(1, 437, "limit")]
 
 
 def test_each_child_is_counted_on_its_own_and_the_gone_are_forgotten() -> None:
     watch = MemoryWatch(limit_mb=100)
     for _ in range(2):
-        assert watch.over_limit({1: 150, 2: 150}) == []
-    assert watch.over_limit({1: 150}) == [(1, 150)]  # child 2 is gone
+        assert watch.over_limit({1: 110, 2: 110}) == []
+    assert watch.over_limit({1: 110}) == [(1, 110, "limit")]  # child 2 is gone
     assert 2 not in watch.over
-    assert watch.over_limit({2: 150}) == []  # a new child 2 starts from zero
+    assert watch.over_limit({2: 110}) == []  # a new child 2 starts from zero
 
 
 def test_no_limit_means_no_recycle() -> None:
     watch = MemoryWatch(limit_mb=0)
     for _ in range(5):
-        assert watch.over_limit({1: 10_000}) == []
+        assert watch.decide(Reading({1: 10_000}), {1}).recycle == []
 
 
-def test_the_guard_picks_the_largest_child_at_90_percent_of_the_container() -> None:
-    watch = MemoryWatch(limit_mb=0, container_mb=1000)
-    assert watch.guard({1: 400, 2: 499}) is None  # 899 < 900
-    assert watch.guard({1: 400, 2: 500}) == (2, 500)
-    assert MemoryWatch(limit_mb=0).guard({1: 10_000}) is None  # no container limit known
+def test_a_leaving_child_is_not_recycled_again() -> None:
+    watch = MemoryWatch(limit_mb=100)
+    assert watch.decide(Reading({1: 500}, leaving=frozenset({1})), {1}).recycle == []
+
+
+def test_a_child_not_ready_yet_is_counted_but_not_judged_on_its_own() -> None:
+    """RSS with a big preloaded app: every fresh child looks far over; recycled
+    before it was even ready, it would never serve."""
+    watch = MemoryWatch(limit_mb=100, container_mb=1000)
+    starting = Reading({1: 430}, starting=frozenset({1}), used_mb=500)
+    for _ in range(CONSECUTIVE):
+        assert watch.decide(starting, {1}).recycle == []
+    assert watch.decide(Reading({1: 90}, used_mb=500), {1}).recycle == []
+    assert watch.decide(Reading({1: 430}, used_mb=500), {1}).recycle == [(1, 430, "far")]
 
 
 @pytest.mark.parametrize(
-    ("files", "expected"),
-    [
-        ({"memory.max": "1073741824\n"}, 2**30),
-        ({"memory.max": "max\n"}, None),
-        ({"memory/memory.limit_in_bytes": "536870912\n"}, 2**29),
-        ({"memory/memory.limit_in_bytes": "9223372036854771712\n"}, None),  # v1 "unlimited"
-        ({}, None),
-        ({"memory.max": "garbage"}, None),
-    ],
-    ids=["v2", "v2 max", "v1", "v1 unlimited", "absent", "unreadable"],
+    ("used", "interval"),
+    [(100, 5.0), (699, 5.0), (700, WATCH_INTERVAL), (849, 0.5), (850, CLOSE_INTERVAL)],
 )
-def test_container_limit_from_cgroup_v2_or_v1(
-    files: dict[str, str], expected: int | None, tmp_path: Path
-) -> None:
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    assert container_limit_bytes(str(tmp_path)) == expected
+def test_sampling_speeds_up_as_the_container_fills(used: float, interval: float) -> None:
+    watch = MemoryWatch(limit_mb=0, container_mb=1000, interval=5.0)
+    assert (WATCH, CLOSE) == (0.70, 0.85)
+    assert watch.decide(Reading({1: 50}, used_mb=used), {1}).interval == interval
 
 
-def test_auto_limit_is_each_child_s_share_after_the_master_less_10_percent() -> None:
-    assert auto_limit_mb(2048 * MB, 48 * MB, 4) == int((2000 / 4) * 0.9)
+def test_sampling_speeds_up_as_a_child_nears_its_own_limit() -> None:
+    watch = MemoryWatch(limit_mb=100, interval=5.0)
+    assert watch.decide(Reading({1: 60}), {1}).interval == 5.0
+    assert watch.decide(Reading({1: 75}), {1}).interval == 0.5
+    assert watch.decide(Reading({1: 90, 2: 10}), {1, 2}).interval == 0.2
+    # never slower than memory_check_interval
+    assert MemoryWatch(limit_mb=100, interval=0.1).decide(Reading({1: 90}), {1}).interval == 0.1
+
+
+def test_the_guard_acts_on_the_cgroup_usage_not_only_the_children() -> None:
+    """The kernel compares the whole group's usage (master, page cache, a Redis)."""
+    watch = MemoryWatch(limit_mb=0, container_mb=1000)
+    assert GUARD == 0.90
+    assert watch.decide(Reading({1: 100, 2: 200}, used_mb=899), {1, 2}).recycle == []
+    actions = watch.decide(Reading({1: 100, 2: 200}, used_mb=900), {1, 2})
+    assert actions.recycle == [(2, 200, "guard")]
+    assert actions.kill is None and actions.used_mb == 900
+
+
+def test_the_guard_counts_leaving_children_and_acts_again_while_they_leave() -> None:
+    watch = MemoryWatch(limit_mb=0, container_mb=1000)
+    sizes = {1: 300, 2: 250, 3: 200}
+    # Child 1 is leaving: once it is gone, 920 - 300 = 620 is under the line.
+    leaving = Reading(sizes, leaving=frozenset({1}), used_mb=920)
+    assert watch.decide(leaving, {1, 2, 3}).recycle == []
+    # Child 1 is a small one: its going is not enough, the guard acts again.
+    small = Reading({1: 10, 2: 250, 3: 200}, leaving=frozenset({1}), used_mb=920)
+    assert watch.decide(small, {1, 2, 3}).recycle == [(2, 250, "guard")]
+
+
+def test_the_guard_counts_children_recycled_in_the_same_sample_as_leaving() -> None:
+    watch = MemoryWatch(limit_mb=100, container_mb=1000)
+    watch.decide(Reading({1: 90, 2: 90}, used_mb=600), {1, 2})
+    actions = watch.decide(Reading({1: 400, 2: 90}, used_mb=910), {1, 2})
+    assert actions.recycle == [(1, 400, "far")]  # 910 - 400 is under the line: enough
+
+
+def test_no_room_a_recycled_child_pushes_its_jobs_back_once() -> None:
+    watch = MemoryWatch(limit_mb=0, container_mb=1000)
+    recycled = frozenset({1})
+    roomy = Reading({1: 300, 2: 100}, leaving=recycled, recycled=recycled, used_mb=850)
+    assert watch.decide(roomy, {1, 2}).push_back == []  # room: it finishes its jobs
+    full = Reading({1: 300, 2: 100}, leaving=recycled, recycled=recycled, used_mb=905)
+    assert watch.decide(full, {1, 2}).push_back == [1]
+    assert watch.decide(full, {1, 2}).push_back == []  # told once
+
+
+def test_the_last_line_kills_the_largest_child_leaving_ones_included_once() -> None:
+    watch = MemoryWatch(limit_mb=0, container_mb=1000)
+    assert LAST_LINE == 0.95
+    reading = Reading({1: 300, 2: 350, 3: 100}, leaving=frozenset({2}), used_mb=951)
+    actions = watch.decide(reading, {1, 2, 3})
+    assert actions.kill == (2, 350)
+    assert actions.recycle == []  # 951 - 350 is under the guard line
+    # Not reaped yet: no second kill on the next sample, whatever it says.
+    assert watch.decide(Reading({1: 300, 3: 100}, used_mb=960), {1, 2, 3}).kill is None
+    # Reaped, and still over the line: the next largest.
+    assert watch.decide(Reading({1: 300, 3: 100}, used_mb=960), {1, 3}).kill == (1, 300)
+
+
+def test_without_a_readable_usage_the_master_and_every_child_are_counted() -> None:
+    """A fake tree or an unreadable usage file: our own processes are the estimate."""
+    watch = MemoryWatch(limit_mb=0, container_mb=1000)
+    reading = Reading({1: 400, 2: 450}, leaving=frozenset({1}), master_mb=40)
+    assert watch.decide(reading, {1, 2}).used_mb == 890
+    assert watch.decide(Reading({1: 400, 2: 460}, master_mb=40), {1, 2}).recycle == [
+        (2, 460, "guard")
+    ]
+
+
+def test_auto_limit_shares_80_percent_of_the_container_after_what_it_holds() -> None:
+    assert AUTO_FILL == 0.80
+    assert auto_limit_mb(600 * MB, 31 * MB, 3) == int((480 - 31) / 3)
     assert auto_limit_mb(100 * MB, 200 * MB, 2) == 1  # never zero (which would mean off)
 
 

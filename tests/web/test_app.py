@@ -200,6 +200,20 @@ def test_busy_control_reaches_the_control_list(client: TestClient, conn: redis.R
     assert ProcessSet(conn).get("host:1:m") is not None
 
 
+def test_busy_shows_a_master_s_container_usage_against_its_limit(
+    client: TestClient, conn: redis.Redis
+) -> None:
+    keys = Keys()
+    beat = {"role": "master", "pid": 1, "quiet": 0, "max_child_mb": 149}
+    beat |= {"memory_limit_mb": 600, "memory_used_mb": 552}
+    conn.hset(keys.heartbeat("host:1:m"), mapping=beat)
+    conn.sadd(keys.masters, "host:1:m")
+    html = client.get("/busy").text
+    assert "552 MB / 600 MB container" in html
+    assert "limit 149 MB per child" in html
+    assert 'class="bar warn"' in html  # 92 %: over the bar's warning line
+
+
 def test_job_page_shows_status_and_attempts(client: TestClient, conn: redis.Redis) -> None:
     jid = bury(conn, "tests.count", [1])
     keys = Keys()

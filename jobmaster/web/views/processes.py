@@ -19,14 +19,19 @@ COMMANDS = ("quiet", "resume", "stop")
 
 
 def _bars(processes: list[Process]) -> dict[str, MemoryBar]:
-    """A memory bar per worker process, against its master's limit."""
+    """A memory bar per worker process, against its master's limit; and one per
+    master with a container limit: its cgroup's usage against that limit."""
     limits = {p.identity: p.max_child_mb for p in processes if p.role == "master"}
     workers = [p for p in processes if p.role != "master"]
     largest = max((p.memory_mb or 0.0 for p in workers), default=0.0)
-    return {
+    bars = {
         p.identity: memory_bar(p.memory_mb, limits.get(p.master or "", 0.0), largest)
         for p in workers
     }
+    for p in processes:
+        if p.role == "master" and p.memory_limit_mb:
+            bars[p.identity] = memory_bar(p.memory_used_mb, p.memory_limit_mb, 0.0)
+    return bars
 
 
 def busy(request: Request) -> Response:
