@@ -533,6 +533,33 @@ return 1
 """
 
 
+# CONTROL_POP: take the oldest remote commands of one process's control list,
+# each cut to its first ARGV[2] bytes with its real length beside it, so a
+# forged 200 MB entry never crosses the wire or reaches a log (control.py).
+# A key that is not a list (forged) is deleted, or the control list would
+# fail every heartbeat's transaction from then on.
+# KEYS[1] the control list
+# ARGV[1] the most entries to take, ARGV[2] the bytes kept of each
+# Returns {length, head, length, head, ...}; {-1, type} for a key that was
+# not a list; {} when there is nothing.
+CONTROL_POP = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'list' then
+  if kind == 'none' then return {} end
+  redis.call('DEL', KEYS[1])
+  return {-1, kind}
+end
+local out, keep = {}, tonumber(ARGV[2])
+for _ = 1, tonumber(ARGV[1]) do
+  local entry = redis.call('LPOP', KEYS[1])
+  if not entry then break end
+  out[#out + 1] = #entry
+  out[#out + 1] = string.sub(entry, 1, keep)
+end
+return out
+"""
+
+
 class Scripts:
     """The scripts registered on one Redis client."""
 
@@ -550,3 +577,4 @@ class Scripts:
         self.periodic = client.register_script(PERIODIC)
         self.push_unique = client.register_script(PUSH_UNIQUE)
         self.unlock = client.register_script(UNLOCK)
+        self.control_pop = client.register_script(CONTROL_POP)

@@ -11,8 +11,8 @@ master is here, run by ``RedisDuties``'s thread, pass after pass:
   heartbeat deleted and its registration dropped; in the order the
   children died, retried with a backoff until Redis answers, at most
   PASS_BUDGET seconds of it per pass so the control list keeps its turn;
-- control and heartbeat: every CONTROL_INTERVAL one LPOP of the master's
-  remote control list, and, every beat interval, the master's heartbeat in
+- control and heartbeat: every CONTROL_INTERVAL one bounded read of the
+  master's remote control list (control.py), and, every beat interval, the master's heartbeat in
   the same round trip, written from the ``MasterState`` the loop published;
 - the periodic jobs due, and the dashboard's per-minute history sample;
 - the queue sizes ``/metrics`` shows (metrics/queues.py), while scraped;
@@ -59,8 +59,8 @@ from typing import TypeVar
 
 import redis
 
+from jobmaster import control
 from jobmaster.config import Config
-from jobmaster.connection import byte_list
 from jobmaster.keys import Keys
 from jobmaster.metrics.queues import QueueWatch
 from jobmaster.periodic import PeriodicTicker
@@ -75,7 +75,6 @@ log = logging.getLogger("jobmaster.supervisor.duties")
 # Seconds between reads of the remote control list: "ctl" must act within 1 s,
 # with room for a loaded machine; an idle master pays 4 LPOPs a second for it.
 CONTROL_INTERVAL = 0.25
-CONTROL_BATCH = 100  # remote commands read per look
 PASS_BUDGET = 1.0  # seconds of requeues per pass before the other duties' turn
 RETRY_FIRST, RETRY_MAX = 0.25, 2.0  # backoff of a failed requeue, doubled each time
 LONGEST_WAIT = 1.0  # the thread's idle wait: periodic slots are due to the second
@@ -303,14 +302,14 @@ class RedisDuties:
         state = self._state
         beat = state is not None and now >= self._next_heartbeat
         try:
-            # LPOP with a count reads and removes in one command. MULTI only
+            # The control read takes and removes in one script. MULTI only
             # with the heartbeat: its hash must never exist without its TTL,
             # or the master would look alive forever.
             pipe = self.redis.pipeline(transaction=beat)
-            pipe.lpop(self.keys.control(self.identity), CONTROL_BATCH)
+            control.pop(pipe, self.keys.control(self.identity))
             if state is not None and beat:
                 self._queue_heartbeat(pipe, state)
-            commands = byte_list(pipe.execute()[0] or [])
+            reply = pipe.execute()[0]
         except redis.RedisError as error:
             self.outage.failed(error, time.monotonic())
             return
@@ -319,8 +318,9 @@ class RedisDuties:
         self.outage.succeeded(time.monotonic())
         if beat:
             self._next_heartbeat = now + beat_interval(self.config.heartbeat_ttl)
-        for raw in commands:
-            self._commands.put(raw.decode(errors="replace"))
+        commands = control.parse(reply, "master")
+        for command in commands:
+            self._commands.put(command)
         if commands:
             self._wake_loop()
 

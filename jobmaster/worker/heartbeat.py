@@ -34,15 +34,12 @@ from collections.abc import Callable
 
 import redis
 
-from jobmaster import liveness
-from jobmaster.connection import byte_list
+from jobmaster import control, liveness
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.loop import run_periodically
 from jobmaster.worker.server_watch import ServerWatch
 
 log = logging.getLogger("jobmaster.worker.heartbeat")
-
-COMMANDS = ("quiet", "resume", "stop")
 
 
 def beat_interval(ttl: float) -> float:
@@ -108,7 +105,7 @@ class Heartbeat(threading.Thread):
         pipe.sadd(keys.processes, ctx.name)  # 0: we were registered already
         pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
         pipe.expire(key, self.ttl)
-        pipe.lpop(keys.control(ctx.name), 100)  # read and remove, one command
+        control.pop(pipe, keys.control(ctx.name))  # read and remove, bounded
         if claim_scan:
             lease_ms = max(1, round(self.orphan_interval * 1000))
             pipe.set(keys.orphan_scan_lease, ctx.name, nx=True, px=lease_ms)
@@ -121,7 +118,7 @@ class Heartbeat(threading.Thread):
         except redis.RedisError:
             self.server.beat_failed()
             raise
-        self.dispatch(byte_list(commands or []))
+        self.dispatch(commands)
         self.server.beat_done(was_registered=not added)
         return bool(claimed and claimed[0])
 
@@ -136,17 +133,14 @@ class Heartbeat(threading.Thread):
         ctx = self.ctx
         pipe = ctx.redis.pipeline(transaction=False)
         pipe.expire(ctx.keys.heartbeat(ctx.name), self.ttl)
-        pipe.lpop(ctx.keys.control(ctx.name), 100)
-        self.dispatch(byte_list(pipe.execute()[1] or []))
+        control.pop(pipe, ctx.keys.control(ctx.name))
+        self.dispatch(pipe.execute()[1])
 
-    def dispatch(self, commands: list[bytes]) -> None:
-        for raw in commands:
-            command = raw.decode(errors="replace")
-            if command in COMMANDS:
-                log.info("remote command: %s", command)
-                self.on_command(command)
-            else:
-                log.warning("ignored unknown remote command %r", command)
+    def dispatch(self, reply: object) -> None:
+        """Act on the commands of one control read (control.py parses it)."""
+        for command in control.parse(reply, self.ctx.name):
+            log.info("remote command: %s", command)
+            self.on_command(command)
 
     def step(self) -> float:
         now = time.monotonic()
