@@ -14,6 +14,9 @@ master is here, run by ``RedisDuties``'s thread, pass after pass:
 - control and heartbeat: every CONTROL_INTERVAL one bounded read of the
   master's remote control list (control.py), and, every beat interval, the master's heartbeat in
   the same round trip, written from the ``MasterState`` the loop published;
+- every PRUNE_INTERVAL, members of the ``masters`` set whose heartbeat
+  has expired removed (each unclean exit left one behind for good), at most
+  PRUNE_SAMPLE a time;
 - the periodic jobs due, and the dashboard's per-minute history sample;
 - the queue sizes ``/metrics`` shows (metrics/queues.py), while scraped;
 - at a stop (``finish``): the requeues left, then the heartbeat cleared,
@@ -61,6 +64,7 @@ import redis
 
 from jobmaster import control
 from jobmaster.config import Config
+from jobmaster.connection import byte_list
 from jobmaster.keys import Keys
 from jobmaster.metrics.queues import QueueWatch
 from jobmaster.periodic import PeriodicTicker
@@ -79,6 +83,9 @@ PASS_BUDGET = 1.0  # seconds of requeues per pass before the other duties' turn
 RETRY_FIRST, RETRY_MAX = 0.25, 2.0  # backoff of a failed requeue, doubled each time
 LONGEST_WAIT = 1.0  # the thread's idle wait: periodic slots are due to the second
 LATE = 1.0  # a requeue this long after the death says why in its log line
+# The masters set is pruned this often, of at most this many random members a
+# time: two round trips a minute, bounded even if the set was flooded.
+PRUNE_INTERVAL, PRUNE_SAMPLE = 60.0, 200
 
 T = TypeVar("T")
 
@@ -142,6 +149,7 @@ class RedisDuties:
         self._thread: threading.Thread | None = None
         self._next_control = 0.0
         self._next_heartbeat = 0.0
+        self._next_prune = 0.0
         self._retry_at = 0.0
         self._retry_delay = 0.0
         # Wakes the loop's select: a remote command, a requeue to count.
@@ -227,6 +235,8 @@ class RedisDuties:
         if state is not None and not state.stopping:
             _guarded("periodic", lambda: self.ticker.tick(time.time()))
             _guarded("history", lambda: self.history.tick(time.time()))
+            if self.outage.failing_since is None and now >= self._next_prune:
+                _guarded("masters", lambda: self.prune_masters(now))
         watch = self.queue_watch
         if watch is not None and self.outage.failing_since is None and watch.due(now):
             _guarded("metrics", lambda: watch.refresh(now))
@@ -347,6 +357,30 @@ class RedisDuties:
             },
         )
         pipe.expire(key, max(1, round(self.config.heartbeat_ttl)))
+
+    def prune_masters(self, now: float) -> list[str]:
+        """Remove members of the masters set whose heartbeat has expired; the
+        ones removed. A master re-adds itself at each heartbeat (SADD with the
+        HSET, in one MULTI), so one removed between our EXISTS and SREM, as it
+        started, is back within a beat."""
+        self._next_prune = now + PRUNE_INTERVAL
+        try:
+            members = byte_list(self.redis.srandmember(self.keys.masters, PRUNE_SAMPLE) or [])
+            names = [m.decode(errors="replace") for m in members]
+            pipe = self.redis.pipeline(transaction=False)
+            for name in names:
+                pipe.exists(self.keys.heartbeat(name))
+            stale = [
+                m
+                for m, name, up in zip(members, names, pipe.execute(), strict=True)
+                if not up and name != self.identity
+            ]
+            if stale:
+                self.redis.srem(self.keys.masters, *stale)
+        except redis.RedisError as error:
+            self.outage.failed(error, time.monotonic())
+            return []
+        return [m.decode(errors="replace") for m in stale]
 
     def _wake_loop(self) -> None:
         with contextlib.suppress(BlockingIOError):  # full: the loop wakes anyway

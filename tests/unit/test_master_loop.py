@@ -79,6 +79,9 @@ class FakeRedis:
         self.removed.extend((key, member) for member in members)
         return len(members)
 
+    def srandmember(self, key: str, count: int) -> list[bytes]:
+        return []  # the masters set, pruned by the Redis thread: nothing to prune here
+
     def pipeline(self, transaction: bool = True) -> FakePipeline:
         return FakePipeline(self)
 
