@@ -6,6 +6,9 @@ what it leaves of values others wrote.
 
 from __future__ import annotations
 
+import json
+import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -14,6 +17,8 @@ import redis
 from jobmaster.config import Config
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.keys import Keys
+from jobmaster.metrics import queues as queues_module
+from jobmaster.metrics.queues import QueueWatch
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.recovery import Recovery
 from jobmaster.scripts import Scripts
@@ -24,6 +29,7 @@ from jobmaster.supervisor.history import HistoryRecorder
 pytestmark = pytest.mark.timeout(60)
 K = Keys()
 MASTER = "host:1:master"
+BIG = 30 * 1024 * 1024
 
 
 @pytest.fixture
@@ -66,3 +72,51 @@ def test_masters_whose_heartbeat_expired_are_pruned_from_the_set(
         if store.scard(K.masters) == 2:
             break
     assert store.smembers(K.masters) == {MASTER.encode(), b"other:7:alive"}
+
+
+def test_a_big_oldest_job_is_never_read_whole_for_its_latency(
+    make_config: Callable[..., Config], store: redis.Redis
+) -> None:
+    """A 100 MB job at a queue's tail, read whole by each scrape, stalled the
+    master 2.2 s and grew it to 714 MB: only its two ends are read now."""
+    enqueued = time.time() - 90
+    big = json.dumps({"jid": "j1", "job": "tests.record", "args": ["x" * BIG]})
+    store.rpush(K.queue("default"), big[:-1] + f', "enqueued_at": {enqueued}}}')  # the oldest
+    store.lpush(K.queue("default"), json.dumps({"job": "tests.record", "enqueued_at": 1.0}))
+    store.sadd(K.queues, "default")
+    watch = QueueWatch(redis.Redis.from_url(make_config().redis_url), "jobmaster", ["default"])
+    tracemalloc.start()
+    try:
+        watch.refresh(0.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert watch.latest is not None
+    [queue] = watch.latest.queues
+    assert (queue.name, queue.size) == ("default", 2)
+    assert queue.latency == pytest.approx(90, abs=5)
+    assert peak < BIG / 10, f"{peak} bytes allocated to read the queues"
+    watch.redis.close()
+
+
+def test_queue_labels_are_capped_and_the_rest_counted(
+    make_config: Callable[..., Config], store: redis.Redis
+) -> None:
+    """300,000 names in the queues set made a scrape take 10.8 s."""
+    names = [f"q{n:05d}" for n in range(5 * queues_module.MAX_QUEUES)]
+    store.sadd(K.queues, *names)
+    store.sadd(K.paused, *names[:3], "paused-only")
+    store.rpush(K.queue("mine"), json.dumps({"job": "tests.record"}))
+    store.sadd(K.queues, "mine")
+    store.set(K.queue("q00001"), "not a list")  # read as an empty queue
+    store.zadd(K.dead, {"x": float("inf")})
+    watch = QueueWatch(redis.Redis.from_url(make_config().redis_url), "jobmaster", ["mine"])
+    watch.refresh(0.0)
+    reading = watch.latest
+    assert reading is not None
+    assert len(reading.queues) == queues_module.MAX_QUEUES
+    assert reading.queues[0].name == "mine" and reading.queues[0].size == 1
+    listed = sum(1 for q in reading.queues if q.name != "paused-only")
+    assert reading.queues_unshown == len(names) + 1 - listed
+    assert reading.dead_size == 1
+    watch.redis.close()

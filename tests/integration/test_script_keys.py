@@ -27,6 +27,7 @@ from jobmaster.client import Client
 from jobmaster.config import Config, PeriodicEntry
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.keys import Keys
+from jobmaster.metrics.queues import QueueWatch
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery
@@ -183,6 +184,9 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
     pipe = store.pipeline()
     control.pop(pipe, K.control("host:1:master"))
     assert pipe.execute() == [[5, b"quiet"]]
+    watch = QueueWatch(store, "jobmaster", ["default"])  # QUEUE_ENDS, for /metrics
+    watch.refresh(0.0)
+    assert watch.latest is not None
 
 
 def test_every_key_a_script_touches_was_declared_in_keys(
