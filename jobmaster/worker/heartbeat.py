@@ -17,6 +17,9 @@ Duties, each on its own period:
   lives, and a lost host's jobs are recovered within about heartbeat_ttl +
   the interval, as when everyone scanned. The master's scan before it forks
   (``recover_left_behind``) takes no lease;
+- delete our ``silent`` mark at each beat: a scan that found our heartbeat
+  missing (deleted by someone) waits a grace for us, and our beat tells it
+  we live (recovery.py's fence);
 - notice a Redis replaced by an empty one (server_watch.py) and say so;
 - keep our heartbeat alive while Redis is out of memory: the info hash
   cannot be rewritten then (HSET and any MULTI are refused), but EXPIRE is
@@ -105,12 +108,15 @@ class Heartbeat(threading.Thread):
         pipe.sadd(keys.processes, ctx.name)  # 0: we were registered already
         pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
         pipe.expire(key, self.ttl)
+        # We live: a scan that found our heartbeat missing (deleted by someone)
+        # starts counting again, so our jobs are never recovered while we beat.
+        pipe.delete(keys.silent(ctx.name))
         control.pop(pipe, keys.control(ctx.name))  # read and remove, bounded
         if claim_scan:
             lease_ms = max(1, round(self.orphan_interval * 1000))
             pipe.set(keys.orphan_scan_lease, ctx.name, nx=True, px=lease_ms)
         try:
-            added, _, _, commands, *claimed = pipe.execute()
+            added, _, _, _, commands, *claimed = pipe.execute()
         except redis.exceptions.OutOfMemoryError:
             self.server.beat_failed()
             self.keep_alive()
@@ -133,8 +139,9 @@ class Heartbeat(threading.Thread):
         ctx = self.ctx
         pipe = ctx.redis.pipeline(transaction=False)
         pipe.expire(ctx.keys.heartbeat(ctx.name), self.ttl)
+        pipe.delete(ctx.keys.silent(ctx.name))  # never refused: it frees memory
         control.pop(pipe, ctx.keys.control(ctx.name))
-        self.dispatch(pipe.execute()[1])
+        self.dispatch(pipe.execute()[2])
 
     def dispatch(self, reply: object) -> None:
         """Act on the commands of one control read (control.py parses it)."""

@@ -155,6 +155,7 @@ PRODUCER_REFUSED: list[tuple[str, tuple[object, ...]]] = [
     ("bury a job", ("ZADD", "jobmaster:{jobmaster}:dead", "1", "{}")),
     ("forge a counter", ("SET", "jobmaster:{jobmaster}:stat:processed", "x")),
     ("take the orphan scan", ("SET", "jobmaster:{jobmaster}:orphan-scan", "me")),
+    ("age a silent mark", ("SET", "jobmaster:{jobmaster}:silent:host:1:x", "1", "PX", "1")),
 ]
 
 
