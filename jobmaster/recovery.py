@@ -284,8 +284,10 @@ class Recovery:
 
         Each identity is judged apart: one whose entries are malformed (a
         forged heartbeat, a member that is no identity of ours) is logged and
-        passed over, and the others are still recovered. A Redis error stops
-        the scan (the next one goes on).
+        passed over, and the others are still recovered; so is one whose keys
+        Redis refuses to read (a heartbeat forged as a string: WRONGTYPE
+        stopped every scan before the lost hosts' lists). A Redis outage
+        (connection, timeout) stops the scan (the next one goes on).
         """
         reports: dict[str, RecoveryReport] = {}
         for member in byte_list(self.redis.smembers(self.keys.processes)):
@@ -300,6 +302,11 @@ class Recovery:
                 continue
             try:
                 report = self._recover_one(identity)
+            except redis.ResponseError as error:  # its keys, not Redis: a forged type...
+                log.warning(
+                    "could not judge or recover %r (%s); passed over", identity[:200], error
+                )
+                continue
             except redis.RedisError:
                 raise
             except Exception:
