@@ -9,7 +9,7 @@ reads: counters, other processes' heartbeats (as hashes of any fields, or as
 keys of the wrong type), control lists, the sets of queue, process and
 master names, sorted-set scores, the scan lease and the recovery's silent
 marks, an oversized entry at a queue's tail. Then the duties run over them,
-called directly: the master's Redis thread's pass (control and heartbeat,
+called directly: the master's start-up orphan scan, its Redis thread's pass (control and heartbeat,
 requeue of a dead child, periodic tick, history sample, masters pruned,
 queue sizes for /metrics) and a child's (heartbeat step with its orphan
 scan, scheduled poller step).
@@ -95,6 +95,7 @@ class World:
     members: dict[str, list[bytes]]  # set key -> members
     zsets: dict[str, list[tuple[bytes, float]]]
     lease: bytes | None
+    periodic: dict[str, bytes]  # periodic:last and periodic:state of the entry "tick"
     silent: bytes | None  # the other process's silent mark
     oversized: bool
 
@@ -118,6 +119,7 @@ worlds = st.builds(
         max_size=3,
     ),
     lease=st.none() | values,
+    periodic=st.dictionaries(st.sampled_from(["last", "state"]), values, max_size=2),
     silent=st.none() | values,
     oversized=st.booleans(),
 )
@@ -162,6 +164,9 @@ def write_processes(store: redis.Redis, world: World, child: str) -> None:
             write_wrong_type(store, key, entries)
         elif entries:
             store.rpush(key, *entries)
+    for kind, value in world.periodic.items():
+        key = K.periodic_last if kind == "last" else K.periodic_state
+        store.hset(key, "tick", value)
     if world.lease is not None:
         store.set(K.orphan_scan_lease, world.lease)
     if world.silent is not None:
@@ -245,6 +250,7 @@ def test_any_value_where_the_master_and_children_read_crashes_nothing_and_loses_
             members={K.queues: [b"\xff", b"default"], K.masters: [b"\xfe gone"]},
             zsets={K.scheduled: [(b"{}", -math.inf)], K.retry: [(b"\xff", math.inf)]},
             lease=b"\xff",
+            periodic={"last": b"inf", "state": b"\xff"},
             silent=b"1",
             oversized=True,
         )
@@ -260,11 +266,13 @@ def test_any_value_where_the_master_and_children_read_crashes_nothing_and_loses_
         store.rpush(K.inprogress(child), job("childs-own"))
         store.rpush(K.inprogress(ORPHAN), job("orphans"))
         store.sadd(K.processes, DEAD_CHILD, child, ORPHAN)
+        heartbeat.beat()  # the child lives: registered and beating before the fuzz
         write(store, world, child)
         caplog.clear()
         duties.publish(MasterState(1, False, False, (child,)))
         duties.requeue(DeadChild(DEAD_CHILD, "child 2 (pid 2)", None, True, time.monotonic()))
         with caplog.at_level(logging.INFO):
+            duties.recovery.recover_orphans(MASTER)  # the master's scan before it forks
             duties.run_pass(time.monotonic())
             heartbeat._next_orphan_scan = 0.0
             with contextlib.suppress(redis.RedisError):  # logged by its loop, tried again
