@@ -85,7 +85,11 @@ class Master:
         self.keys = Keys(config.namespace)
         limits = DeadSetLimits(config.dead_max_jobs, config.dead_max_days)
         status_ttl = round(config.status_ttl) if config.track_status else 0
-        self.recovery = Recovery(self.redis, self.keys, Scripts(self.redis), limits, status_ttl)
+        # Its start-up scan (recover_left_behind) is fenced like the children's
+        # (recovery.py): a heartbeat deleted as this master starts is not believed.
+        grace = config.heartbeat_ttl / 2
+        scripts = Scripts(self.redis)
+        self.recovery = Recovery(self.redis, self.keys, scripts, limits, status_ttl, grace)
         self.ticker = PeriodicTicker(
             self.redis, self.keys, config.periodic.values(), status_ttl=status_ttl
         )

@@ -512,6 +512,13 @@ def test_a_remote_stop_is_graceful_with_an_exit_code_of_its_own(harness: Harness
     assert harness.master.exit_code == exitcodes.REMOTE_STOP
 
 
+def test_the_masters_start_up_scan_is_fenced_like_the_childrens(harness: Harness) -> None:
+    """A heartbeat deleted just as a master starts must not make its scan
+    requeue a live worker's jobs (recovery.py's fence)."""
+    master = Master(harness.master.config)
+    assert master.recovery.silent_grace == harness.master.config.heartbeat_ttl / 2
+
+
 def test_a_remote_stop_during_a_stop_leaves_its_exit_code(harness: Harness) -> None:
     harness.start_all()
     harness.master.begin_stop("SIGTERM")
