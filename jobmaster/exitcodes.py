@@ -10,3 +10,7 @@ OK = 0
 RUNTIME_FAILURE = 1
 USAGE = 2  # bad usage or config, detected before anything is forked
 APP_LOAD_FAILED = 3  # the app modules failed to import (in a child when preload is off)
+# The master stopped gracefully because ``jobmaster ctl stop`` (a "stop" in
+# its control list) asked: not 0, so ``Restart=on-failure`` brings it back
+# unless the unit lists it in ``RestartPreventExitStatus`` (README "Deployment").
+REMOTE_STOP = 4

@@ -73,6 +73,11 @@ class Keys:
         heartbeat each interval, N squared reads for N processes."""
         return f"{self.prefix}orphan-scan"
 
+    def silent(self, identity: str) -> str:
+        """Set by the orphan scan that first found ``identity``'s heartbeat
+        missing; its age fences recovery (recovery.py)."""
+        return f"{self.prefix}silent:{identity}"
+
     def control(self, identity: str) -> str:
         """List of remote commands (quiet, resume, stop) for one process."""
         return f"{self.prefix}control:{identity}"

@@ -123,14 +123,19 @@ def schedule(entry: PeriodicEntry) -> str:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    """A hash field or value as text; bytes that are not UTF-8 (written by
+    something else) must not stop every tick: the master's Redis thread
+    ticked into a UnicodeDecodeError once a minute."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _slot_or_none(raw: bytes | str | None) -> float | None:
+    """A stored slot; one that is not a finite number (forged) counts as none."""
     try:
-        return None if raw is None else float(_text(raw))
+        slot = None if raw is None else float(_text(raw))
     except ValueError:
         return None
+    return slot if slot is not None and math.isfinite(slot) else None
 
 
 def is_enabled(entry: PeriodicEntry, state: bytes | str | None) -> bool:

@@ -533,6 +533,69 @@ return 1
 """
 
 
+# CONTROL_POP: take the oldest remote commands of one process's control list,
+# each cut to its first ARGV[2] bytes with its real length beside it, so a
+# forged 200 MB entry never crosses the wire or reaches a log (control.py).
+# A key that is not a list (forged) is deleted, or the control list would
+# fail every heartbeat's transaction from then on.
+# KEYS[1] the control list
+# ARGV[1] the most entries to take, ARGV[2] the bytes kept of each
+# Returns {length, head, length, head, ...}; {-1, type} for a key that was
+# not a list; {} when there is nothing.
+CONTROL_POP = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'list' then
+  if kind == 'none' then return {} end
+  redis.call('DEL', KEYS[1])
+  return {-1, kind}
+end
+local out, keep = {}, tonumber(ARGV[2])
+for _ = 1, tonumber(ARGV[1]) do
+  local entry = redis.call('LPOP', KEYS[1])
+  if not entry then break end
+  out[#out + 1] = #entry
+  out[#out + 1] = string.sub(entry, 1, keep)
+end
+return out
+"""
+
+
+# QUEUE_ENDS: for /metrics, each queue's length and the two ends of its
+# oldest entry (the tail of the list), never the whole entry: a 100 MB job
+# at a queue's tail, read whole by every scrape, stalled a master 2.2 s and
+# grew it to 714 MB. ``enqueued_at`` is the last field a producer writes
+# (client.py), so it is in the end piece; the head holds it in payloads
+# rewritten since. A key that is not a list counts as an empty queue.
+# KEYS[1..] queue lists
+# ARGV[1] the bytes kept of each end
+# Returns {length, oldest entry's size (-1: none), head, tail} per queue, in
+# KEYS order; head is the whole entry when it is at most 2 * ARGV[1] bytes
+# (tail is then '').
+QUEUE_ENDS = """
+local out, keep = {}, tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local size, head, tail, length = -1, '', '', 0
+  if redis.call('TYPE', KEYS[i])['ok'] == 'list' then
+    length = redis.call('LLEN', KEYS[i])
+    local oldest = redis.call('LINDEX', KEYS[i], -1)
+    if oldest then
+      size = #oldest
+      if size <= 2 * keep then
+        head = oldest
+      else
+        head, tail = string.sub(oldest, 1, keep), string.sub(oldest, -keep)
+      end
+    end
+  end
+  out[#out + 1] = length
+  out[#out + 1] = size
+  out[#out + 1] = head
+  out[#out + 1] = tail
+end
+return out
+"""
+
+
 class Scripts:
     """The scripts registered on one Redis client."""
 
@@ -550,3 +613,5 @@ class Scripts:
         self.periodic = client.register_script(PERIODIC)
         self.push_unique = client.register_script(PUSH_UNIQUE)
         self.unlock = client.register_script(UNLOCK)
+        self.control_pop = client.register_script(CONTROL_POP)
+        self.queue_ends = client.register_script(QUEUE_ENDS)

@@ -17,24 +17,29 @@ DEFAULT_PREFIX = "jobmaster:{jobmaster}:"
 PLACEHOLDER = ">PASSWORD"
 
 
-def documented_rule() -> str:
-    """The first ``ACL SETUSER`` line of the README's ACL subsection."""
+PRODUCER = "jobmaster-producer"  # the README's second user: enqueues, never controls
+
+
+def documented_rule(rule: str = "jobmaster") -> str:
+    """The README ACL subsection's ``ACL SETUSER`` line for the user ``rule``."""
     text = README.read_text()
     assert SECTION in text, f"README.md lost the subsection {SECTION!r}"
     body = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    lines = [line.strip() for line in body.splitlines() if line.startswith("ACL SETUSER ")]
-    assert lines, "no ACL SETUSER line in the README's ACL subsection"
+    lines = [line.strip() for line in body.splitlines() if line.startswith(f"ACL SETUSER {rule} ")]
+    assert lines, f"no ACL SETUSER {rule} line in the README's ACL subsection"
     return lines[0]
 
 
-def setuser_arguments(user: str, password: str, namespace: str = "jobmaster") -> list[str]:
-    """The README's rule for ``namespace``, as arguments of one ACL SETUSER call.
+def setuser_arguments(
+    user: str, password: str, namespace: str = "jobmaster", rule: str = "jobmaster"
+) -> list[str]:
+    """The README's rule ``rule`` for ``namespace``, as arguments of one ACL SETUSER call.
 
-    The README says how the rule changes with the namespace: both patterns
-    take its prefix. That substitution is done here, as a user would.
+    The README says how the rule changes with the namespace: every pattern
+    takes its prefix. That substitution is done here, as a user would.
     """
-    words = documented_rule().split()
-    assert words[:3] == ["ACL", "SETUSER", "jobmaster"], words[:3]
+    words = documented_rule(rule).split()
+    assert words[:3] == ["ACL", "SETUSER", rule], words[:3]
     assert words.count(PLACEHOLDER) == 1
     prefix = f"{namespace}:{{{namespace}}}:"
     rule = [
@@ -44,8 +49,14 @@ def setuser_arguments(user: str, password: str, namespace: str = "jobmaster") ->
     return ["ACL", "SETUSER", user, *rule]
 
 
-def create_user(admin: redis.Redis, user: str, password: str, namespace: str = "jobmaster") -> None:
-    admin.execute_command(*setuser_arguments(user, password, namespace))
+def create_user(
+    admin: redis.Redis,
+    user: str,
+    password: str,
+    namespace: str = "jobmaster",
+    rule: str = "jobmaster",
+) -> None:
+    admin.execute_command(*setuser_arguments(user, password, namespace, rule))
 
 
 def acl_log(admin: redis.Redis) -> list[dict[str, object]]:

@@ -46,12 +46,18 @@ class ChildView:
 
 
 class QueueSnapshot(Protocol):
-    """What the scrape reads of ``jobmaster.api.Stats``."""
+    """What the scrape reads of the queues (metrics/queues.py's ``QueueReading``)."""
 
-    queues: list[QueueStats]
-    scheduled_size: int
-    retry_size: int
-    dead_size: int
+    @property
+    def queues(self) -> list[QueueStats]: ...
+    @property
+    def queues_unshown(self) -> int: ...  # queue names left out of the labels
+    @property
+    def scheduled_size(self) -> int: ...
+    @property
+    def retry_size(self) -> int: ...
+    @property
+    def dead_size(self) -> int: ...
 
 
 @dataclass
@@ -151,6 +157,13 @@ def _queue_families(scrape: Scrape) -> list[Metric]:
         for queue in sorted(stats.queues, key=lambda q: q.name):
             family.add_metric([queue.name], value(queue))
         result.append(family)
+    result.append(
+        _gauge(
+            "jobmaster_queues_unshown",
+            "Queues left out of the per-queue metrics: at most 100 are labelled.",
+            stats.queues_unshown,
+        )
+    )
     sets = GaugeMetricFamily(
         "jobmaster_set_size", "Jobs in the scheduled, retry and dead sets.", labels=["set"]
     )

@@ -73,7 +73,7 @@ class MetricsHub:
         self.children = children
         self.wanted = wanted
         # Refreshed by the master's Redis thread (duties.py), read by scrapes.
-        self.queue_watch = QueueWatch(client, config.namespace)
+        self.queue_watch = QueueWatch(client, config.namespace, config.queue_names)
         # Made before any fork: every child inherits the sending end. Both
         # ends are non-blocking (the flag is shared by every copy): a child's
         # send never waits, nor does the master's read.

@@ -11,9 +11,12 @@ master is here, run by ``RedisDuties``'s thread, pass after pass:
   heartbeat deleted and its registration dropped; in the order the
   children died, retried with a backoff until Redis answers, at most
   PASS_BUDGET seconds of it per pass so the control list keeps its turn;
-- control and heartbeat: every CONTROL_INTERVAL one LPOP of the master's
-  remote control list, and, every beat interval, the master's heartbeat in
+- control and heartbeat: every CONTROL_INTERVAL one bounded read of the
+  master's remote control list (control.py), and, every beat interval, the master's heartbeat in
   the same round trip, written from the ``MasterState`` the loop published;
+- every PRUNE_INTERVAL, members of the ``masters`` set whose heartbeat
+  has expired removed (each unclean exit left one behind for good), at most
+  PRUNE_SAMPLE a time;
 - the periodic jobs due, and the dashboard's per-minute history sample;
 - the queue sizes ``/metrics`` shows (metrics/queues.py), while scraped;
 - at a stop (``finish``): the requeues left, then the heartbeat cleared,
@@ -59,6 +62,7 @@ from typing import TypeVar
 
 import redis
 
+from jobmaster import control
 from jobmaster.config import Config
 from jobmaster.connection import byte_list
 from jobmaster.keys import Keys
@@ -75,11 +79,13 @@ log = logging.getLogger("jobmaster.supervisor.duties")
 # Seconds between reads of the remote control list: "ctl" must act within 1 s,
 # with room for a loaded machine; an idle master pays 4 LPOPs a second for it.
 CONTROL_INTERVAL = 0.25
-CONTROL_BATCH = 100  # remote commands read per look
 PASS_BUDGET = 1.0  # seconds of requeues per pass before the other duties' turn
 RETRY_FIRST, RETRY_MAX = 0.25, 2.0  # backoff of a failed requeue, doubled each time
 LONGEST_WAIT = 1.0  # the thread's idle wait: periodic slots are due to the second
 LATE = 1.0  # a requeue this long after the death says why in its log line
+# The masters set is pruned this often, of at most this many random members a
+# time: two round trips a minute, bounded even if the set was flooded.
+PRUNE_INTERVAL, PRUNE_SAMPLE = 60.0, 200
 
 T = TypeVar("T")
 
@@ -143,6 +149,7 @@ class RedisDuties:
         self._thread: threading.Thread | None = None
         self._next_control = 0.0
         self._next_heartbeat = 0.0
+        self._next_prune = 0.0
         self._retry_at = 0.0
         self._retry_delay = 0.0
         # Wakes the loop's select: a remote command, a requeue to count.
@@ -228,6 +235,8 @@ class RedisDuties:
         if state is not None and not state.stopping:
             _guarded("periodic", lambda: self.ticker.tick(time.time()))
             _guarded("history", lambda: self.history.tick(time.time()))
+            if self.outage.failing_since is None and now >= self._next_prune:
+                _guarded("masters", lambda: self.prune_masters(now))
         watch = self.queue_watch
         if watch is not None and self.outage.failing_since is None and watch.due(now):
             _guarded("metrics", lambda: watch.refresh(now))
@@ -303,14 +312,14 @@ class RedisDuties:
         state = self._state
         beat = state is not None and now >= self._next_heartbeat
         try:
-            # LPOP with a count reads and removes in one command. MULTI only
+            # The control read takes and removes in one script. MULTI only
             # with the heartbeat: its hash must never exist without its TTL,
             # or the master would look alive forever.
             pipe = self.redis.pipeline(transaction=beat)
-            pipe.lpop(self.keys.control(self.identity), CONTROL_BATCH)
+            control.pop(pipe, self.keys.control(self.identity))
             if state is not None and beat:
                 self._queue_heartbeat(pipe, state)
-            commands = byte_list(pipe.execute()[0] or [])
+            reply = pipe.execute()[0]
         except redis.RedisError as error:
             self.outage.failed(error, time.monotonic())
             return
@@ -319,8 +328,9 @@ class RedisDuties:
         self.outage.succeeded(time.monotonic())
         if beat:
             self._next_heartbeat = now + beat_interval(self.config.heartbeat_ttl)
-        for raw in commands:
-            self._commands.put(raw.decode(errors="replace"))
+        commands = control.parse(reply, "master")
+        for command in commands:
+            self._commands.put(command)
         if commands:
             self._wake_loop()
 
@@ -347,6 +357,30 @@ class RedisDuties:
             },
         )
         pipe.expire(key, max(1, round(self.config.heartbeat_ttl)))
+
+    def prune_masters(self, now: float) -> list[str]:
+        """Remove members of the masters set whose heartbeat has expired; the
+        ones removed. A master re-adds itself at each heartbeat (SADD with the
+        HSET, in one MULTI), so one removed between our EXISTS and SREM, as it
+        started, is back within a beat."""
+        self._next_prune = now + PRUNE_INTERVAL
+        try:
+            members = byte_list(self.redis.srandmember(self.keys.masters, PRUNE_SAMPLE) or [])
+            names = [m.decode(errors="replace") for m in members]
+            pipe = self.redis.pipeline(transaction=False)
+            for name in names:
+                pipe.exists(self.keys.heartbeat(name))
+            stale = [
+                m
+                for m, name, up in zip(members, names, pipe.execute(), strict=True)
+                if not up and name != self.identity
+            ]
+            if stale:
+                self.redis.srem(self.keys.masters, *stale)
+        except redis.RedisError as error:
+            self.outage.failed(error, time.monotonic())
+            return []
+        return [m.decode(errors="replace") for m in stale]
 
     def _wake_loop(self) -> None:
         with contextlib.suppress(BlockingIOError):  # full: the loop wakes anyway

@@ -85,7 +85,11 @@ class Master:
         self.keys = Keys(config.namespace)
         limits = DeadSetLimits(config.dead_max_jobs, config.dead_max_days)
         status_ttl = round(config.status_ttl) if config.track_status else 0
-        self.recovery = Recovery(self.redis, self.keys, Scripts(self.redis), limits, status_ttl)
+        # Its start-up scan (recover_left_behind) is fenced like the children's
+        # (recovery.py): a heartbeat deleted as this master starts is not believed.
+        grace = config.heartbeat_ttl / 2
+        scripts = Scripts(self.redis)
+        self.recovery = Recovery(self.redis, self.keys, scripts, limits, status_ttl, grace)
         self.ticker = PeriodicTicker(
             self.redis, self.keys, config.periodic.values(), status_ttl=status_ttl
         )
@@ -527,6 +531,15 @@ class Master:
         for child in self.children:
             self.stop_child(child, reason)
 
+    def stop_remotely(self) -> None:
+        """``jobmaster ctl stop``: a graceful stop whose exit code says so
+        (REMOTE_STOP, not 0), so the service manager decides whether it is final
+        (the shipped systemd unit restarts: a forged stop costs a restart, not
+        an outage; README "Deployment")."""
+        if not self.stopping:
+            self.exit_code = exitcodes.REMOTE_STOP
+        self.begin_stop("remote stop")
+
     def stop_now(self, reason: str) -> None:
         log.warning("%s: stopping children at once (running jobs are pushed back)", reason)
         deadline = time.monotonic() + STOP_MARGIN
@@ -766,9 +779,7 @@ class Master:
             elif command == "resume":
                 self.set_quiet(False)
             elif command == "stop":
-                self.begin_stop("remote stop")
-            else:
-                log.warning("ignored unknown remote command %r", command)
+                self.stop_remotely()
 
     def finish_duties(self) -> None:
         """Every child is gone: the Redis thread gets DUTIES_GRACE to requeue

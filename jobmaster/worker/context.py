@@ -97,7 +97,12 @@ class WorkerContext:
 
     @cached_property
     def recovery(self) -> Recovery:
-        return Recovery(self.redis, self.keys, self.scripts, self.dead_limits, self.status_ttl)
+        # The orphan scan's fence (recovery.py): a missing heartbeat is believed
+        # after half a TTL, more than the owner's beat interval.
+        grace = self.config.heartbeat_ttl / 2
+        return Recovery(
+            self.redis, self.keys, self.scripts, self.dead_limits, self.status_ttl, grace
+        )
 
     @cached_property
     def inprogress_key(self) -> str:

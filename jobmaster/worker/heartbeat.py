@@ -17,6 +17,9 @@ Duties, each on its own period:
   lives, and a lost host's jobs are recovered within about heartbeat_ttl +
   the interval, as when everyone scanned. The master's scan before it forks
   (``recover_left_behind``) takes no lease;
+- delete our ``silent`` mark at each beat: a scan that found our heartbeat
+  missing (deleted by someone) waits a grace for us, and our beat tells it
+  we live (recovery.py's fence);
 - notice a Redis replaced by an empty one (server_watch.py) and say so;
 - keep our heartbeat alive while Redis is out of memory: the info hash
   cannot be rewritten then (HSET and any MULTI are refused), but EXPIRE is
@@ -34,15 +37,12 @@ from collections.abc import Callable
 
 import redis
 
-from jobmaster import liveness
-from jobmaster.connection import byte_list
+from jobmaster import control, liveness
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.loop import run_periodically
 from jobmaster.worker.server_watch import ServerWatch
 
 log = logging.getLogger("jobmaster.worker.heartbeat")
-
-COMMANDS = ("quiet", "resume", "stop")
 
 
 def beat_interval(ttl: float) -> float:
@@ -108,12 +108,15 @@ class Heartbeat(threading.Thread):
         pipe.sadd(keys.processes, ctx.name)  # 0: we were registered already
         pipe.hset(key, mapping=dict(fields))  # type: ignore[arg-type]
         pipe.expire(key, self.ttl)
-        pipe.lpop(keys.control(ctx.name), 100)  # read and remove, one command
+        # We live: a scan that found our heartbeat missing (deleted by someone)
+        # starts counting again, so our jobs are never recovered while we beat.
+        pipe.delete(keys.silent(ctx.name))
+        control.pop(pipe, keys.control(ctx.name))  # read and remove, bounded
         if claim_scan:
             lease_ms = max(1, round(self.orphan_interval * 1000))
             pipe.set(keys.orphan_scan_lease, ctx.name, nx=True, px=lease_ms)
         try:
-            added, _, _, commands, *claimed = pipe.execute()
+            added, _, _, _, commands, *claimed = pipe.execute()
         except redis.exceptions.OutOfMemoryError:
             self.server.beat_failed()
             self.keep_alive()
@@ -121,7 +124,7 @@ class Heartbeat(threading.Thread):
         except redis.RedisError:
             self.server.beat_failed()
             raise
-        self.dispatch(byte_list(commands or []))
+        self.dispatch(commands)
         self.server.beat_done(was_registered=not added)
         return bool(claimed and claimed[0])
 
@@ -136,17 +139,15 @@ class Heartbeat(threading.Thread):
         ctx = self.ctx
         pipe = ctx.redis.pipeline(transaction=False)
         pipe.expire(ctx.keys.heartbeat(ctx.name), self.ttl)
-        pipe.lpop(ctx.keys.control(ctx.name), 100)
-        self.dispatch(byte_list(pipe.execute()[1] or []))
+        pipe.delete(ctx.keys.silent(ctx.name))  # never refused: it frees memory
+        control.pop(pipe, ctx.keys.control(ctx.name))
+        self.dispatch(pipe.execute()[2])
 
-    def dispatch(self, commands: list[bytes]) -> None:
-        for raw in commands:
-            command = raw.decode(errors="replace")
-            if command in COMMANDS:
-                log.info("remote command: %s", command)
-                self.on_command(command)
-            else:
-                log.warning("ignored unknown remote command %r", command)
+    def dispatch(self, reply: object) -> None:
+        """Act on the commands of one control read (control.py parses it)."""
+        for command in control.parse(reply, self.ctx.name):
+            log.info("remote command: %s", command)
+            self.on_command(command)
 
     def step(self) -> float:
         now = time.monotonic()

@@ -42,6 +42,7 @@ def test_a_forged_heartbeat_is_passed_over_and_the_others_are_recovered(
 
     monkeypatch.setattr(liveness, "provably_dead", judge_badly)
     ctx = WorkerContext.create(make_config(), Identity())
+    ctx.recovery.silent_grace = 0.0  # the fence is tested apart (test_orphan_scan.py)
     reports = ctx.recovery.recover_orphans(ctx.name)  # no exception escapes
     assert reports["lost:2:cafebabe"].requeued == [jid]
     assert forged not in reports

@@ -252,6 +252,9 @@ class OnePlace(RuleBasedStateMachine):
     def _start(self, slot: int) -> Worker:
         """A new worker process in ``slot``: registered and beating, as at its start."""
         worker = Worker(self.redis, self.url, slot, next(self.generations))
+        # The scan's fence (a heartbeat missing for half a TTL before it is
+        # believed) is tested apart (test_orphan_scan.py): here one scan acts.
+        worker.ctx.recovery.silent_grace = 0.0
         self.labels[worker.name] = worker.label
         worker.heartbeat.beat()
         self.model.registered.add(worker.name)

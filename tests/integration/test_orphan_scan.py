@@ -89,6 +89,43 @@ def test_the_scanner_still_recovers_an_expired_heartbeats_list(
     for beat in heartbeats:
         beat.step()
     assert len(scans) == 1
-    assert store.llen(K.inprogress(lost)) == 0
+    assert store.llen(K.inprogress(lost)) == 1  # missing once: not believed yet (the fence)
+
+    def scanned_again() -> bool:
+        for beat in heartbeats:
+            beat.step()
+        return store.llen(K.inprogress(lost)) == 0
+
+    wait_until(scanned_again, timeout=5, message="recovered a grace (half a TTL) later")
+    assert len(scans) >= 2
     assert not store.sismember(K.processes, lost)
+    assert [jid.encode() in raw for raw in store.lrange(K.queue("default"), 0, -1)] == [True]
+
+
+def test_a_live_worker_whose_heartbeat_is_deleted_again_and_again_keeps_its_job(
+    heartbeats: list[Heartbeat], client: Client, store: redis.Redis
+) -> None:
+    """A forged silent heartbeat (deleted before every scan) made a live
+    worker's retry=0 job run three times: the scan now waits a grace (half a
+    TTL) and the owner's beats reset it; a dead owner is still recovered."""
+    owner, scanner = heartbeats[0], heartbeats[1]
+    jid = client.push({"job": "tests.record", "args": ["held"]})
+    store.lmove(K.queue("default"), K.inprogress(owner.ctx.name), "RIGHT", "LEFT")
+    owner.beat()
+    recovery = scanner.ctx.recovery
+    assert recovery.silent_grace == 1.0  # heartbeat_ttl 2
+    end = time.monotonic() + 3 * recovery.silent_grace
+    while time.monotonic() < end:  # three graces of a forger and a live owner
+        store.delete(K.heartbeat(owner.ctx.name))
+        assert owner.ctx.name not in recovery.recover_orphans(scanner.ctx.name)
+        time.sleep(owner.interval / 2)  # the owner beats at its interval, the forger deletes
+        owner.beat()
+    assert store.llen(K.inprogress(owner.ctx.name)) == 1
+
+    store.delete(K.heartbeat(owner.ctx.name))  # now the owner is gone: no more beats
+    wait_until(
+        lambda: owner.ctx.name in recovery.recover_orphans(scanner.ctx.name),
+        timeout=3 * recovery.silent_grace,
+        message="a silent owner recovered after the grace",
+    )
     assert [jid.encode() in raw for raw in store.lrange(K.queue("default"), 0, -1)] == [True]

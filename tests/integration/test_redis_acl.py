@@ -143,3 +143,47 @@ def test_a_script_run_as_the_user_cannot_reach_other_keys_but_its_own(
         with pytest.raises(redis.exceptions.NoPermissionError):
             subscriber.get_message(timeout=2)
         subscriber.close()
+
+
+PRODUCER_REFUSED: list[tuple[str, tuple[object, ...]]] = [
+    ("stop a worker", ("RPUSH", "jobmaster:{jobmaster}:control:host:1:master", "stop")),
+    ("forge a heartbeat", ("HSET", "jobmaster:{jobmaster}:heartbeat:host:1:x", "pid", "1")),
+    ("silence a heartbeat", ("DEL", "jobmaster:{jobmaster}:heartbeat:host:1:x")),
+    ("forge a master", ("SADD", "jobmaster:{jobmaster}:masters", "host:1:x")),
+    ("forge a process", ("SADD", "jobmaster:{jobmaster}:processes", "host:1:x")),
+    ("take an in-progress job", ("LPOP", "jobmaster:{jobmaster}:inprogress:host:1:x")),
+    ("bury a job", ("ZADD", "jobmaster:{jobmaster}:dead", "1", "{}")),
+    ("forge a counter", ("SET", "jobmaster:{jobmaster}:stat:processed", "x")),
+    ("take the orphan scan", ("SET", "jobmaster:{jobmaster}:orphan-scan", "me")),
+    ("age a silent mark", ("SET", "jobmaster:{jobmaster}:silent:host:1:x", "1", "PX", "1")),
+]
+
+
+def test_the_producer_user_enqueues_every_way_and_controls_nothing(
+    private_redis: RedisServerProcess, admin: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's producer user (no ``control:*``): a remote stop pushed by a
+    web app's credentials is refused, and so is every forgery of worker state."""
+    import jobmaster
+
+    acl.create_user(admin, acl.PRODUCER, PASSWORD, rule=acl.PRODUCER)
+    url = user_url(private_redis, acl.PRODUCER)
+    monkeypatch.setattr(jobmaster.client, "_default", None)
+    jobmaster.configure(url)
+    producer = Client(url)
+    producer.push({"job": "tests.count", "args": [1]})
+    producer.push({"job": "tests.count", "args": [2], "at": time.time() + 60})
+    producer.push_bulk({"job": "tests.count", "args": [[3], [4]]})
+    assert jobs.unique_started.enqueue("u") is not None
+    with jobmaster.batch(on_complete=jobs.callback.s("done")).jobs():
+        jobs.member.enqueue(1)
+    jobmaster.chain(jobs.step.s("a"), jobs.step.s("b"))
+    assert acl.acl_log(admin) == []  # every enqueue went through
+    assert admin.llen(Keys().queue("default")) >= 5
+
+    with redis.Redis.from_url(url) as user:
+        for what, command in PRODUCER_REFUSED:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                user.execute_command(*command)
+                pytest.fail(f"the producer could {what}")
+    assert not admin.exists("jobmaster:{jobmaster}:control:host:1:master")

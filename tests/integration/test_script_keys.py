@@ -22,10 +22,12 @@ import pytest
 import redis
 
 import jobmaster
+from jobmaster import control
 from jobmaster.client import Client
 from jobmaster.config import Config, PeriodicEntry
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.keys import Keys
+from jobmaster.metrics.queues import QueueWatch
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery
@@ -177,6 +179,14 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
 
     entry = PeriodicEntry("tick", "tests.record", every=1, unique=True)
     PeriodicTicker(store, K, [entry], status_ttl=60).tick(time.time())  # PERIODIC
+
+    store.rpush(K.control("host:1:master"), "quiet")  # CONTROL_POP, as the heartbeats read
+    pipe = store.pipeline()
+    control.pop(pipe, K.control("host:1:master"))
+    assert pipe.execute() == [[5, b"quiet"]]
+    watch = QueueWatch(store, "jobmaster", ["default"])  # QUEUE_ENDS, for /metrics
+    watch.refresh(0.0)
+    assert watch.latest is not None
 
 
 def test_every_key_a_script_touches_was_declared_in_keys(

@@ -24,6 +24,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from jobmaster import exitcodes
 from jobmaster.api import Queue
 from jobmaster.cli import main
 from jobmaster.client import Client
@@ -137,5 +138,5 @@ def test_ps_lists_a_master_and_ctl_quiets_resumes_and_stops_it(
 
     assert operator.ctl("stop", identity) == f"stop: sent to {identity}\n"
     wait_until(lambda: stopping_or_gone(master), timeout=1.0, message="stopping within 1 s")
-    assert master.wait(timeout=15) == 0, master.log()
+    assert master.wait(timeout=15) == exitcodes.REMOTE_STOP, master.log()
     assert not any(psutil.pid_exists(c["pid"]) for c in children)

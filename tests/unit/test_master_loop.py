@@ -79,6 +79,9 @@ class FakeRedis:
         self.removed.extend((key, member) for member in members)
         return len(members)
 
+    def srandmember(self, key: str, count: int) -> list[bytes]:
+        return []  # the masters set, pruned by the Redis thread: nothing to prune here
+
     def pipeline(self, transaction: bool = True) -> FakePipeline:
         return FakePipeline(self)
 
@@ -90,9 +93,15 @@ class FakePipeline:
         self.redis = redis
         self.replies: list[Any] = []
 
-    def lpop(self, key: str, count: int) -> None:
-        taken, self.redis.control[:count] = self.redis.control[:count], []
-        self.replies.append(taken or None)
+    def register_script(self, script: str) -> Any:
+        """CONTROL_POP (control.py): each entry taken, as its length and head."""
+
+        def control_pop(keys: list[str], args: list[int], client: Any) -> None:
+            count, keep = args
+            taken, self.redis.control[:count] = self.redis.control[:count], []
+            self.replies.append([x for raw in taken for x in (len(raw), raw[:keep])])
+
+        return control_pop
 
     def sadd(self, key: str, *members: str) -> None:
         self.replies.append(len(members))
@@ -488,6 +497,35 @@ def test_a_remote_command_wakes_the_loop_at_once(harness: Harness) -> None:
     harness.master.take_news()
     assert is_quiet(harness.master)
     assert sorted(harness.kills) == sorted((c.pid, signal.SIGTSTP) for c in children)
+
+
+def test_a_remote_stop_is_graceful_with_an_exit_code_of_its_own(harness: Harness) -> None:
+    """Exit 0 after a stop pushed into Redis kept ``Restart=on-failure`` from
+    bringing the master back: whoever could write the list stopped it for
+    good. REMOTE_STOP lets the service manager choose."""
+    children = harness.start_all()
+    harness.redis.control.append(b"stop")
+    harness.master.duties.talk(time.monotonic())
+    harness.master.take_news()
+    assert harness.master.stopping
+    assert sorted(harness.kills) == sorted((c.pid, signal.SIGTERM) for c in children)
+    assert harness.master.exit_code == exitcodes.REMOTE_STOP
+
+
+def test_the_masters_start_up_scan_is_fenced_like_the_childrens(harness: Harness) -> None:
+    """A heartbeat deleted just as a master starts must not make its scan
+    requeue a live worker's jobs (recovery.py's fence)."""
+    master = Master(harness.master.config)
+    assert master.recovery.silent_grace == harness.master.config.heartbeat_ttl / 2
+
+
+def test_a_remote_stop_during_a_stop_leaves_its_exit_code(harness: Harness) -> None:
+    harness.start_all()
+    harness.master.begin_stop("SIGTERM")
+    harness.redis.control.append(b"stop")
+    harness.master.duties.talk(time.monotonic())
+    harness.master.take_news()
+    assert harness.master.exit_code == exitcodes.OK
 
 
 def test_the_heartbeat_shows_the_state_the_loop_published(harness: Harness) -> None:

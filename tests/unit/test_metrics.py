@@ -228,7 +228,7 @@ def test_a_scrape_never_reads_redis_it_shows_the_redis_thread_s_last_reading(
     def no_call(*args: Any) -> None:
         raise AssertionError("a scrape read Redis")
 
-    monkeypatch.setattr("jobmaster.metrics.queues.Stats", no_call)
+    monkeypatch.setattr(QueueWatch, "read", no_call)
     assert hub.scrape().queues is None  # nothing read yet
     reading = FakeStats()
     hub.queue_watch.latest = reading  # what the Redis thread's refresh leaves
@@ -265,6 +265,7 @@ class FakeStats:
     def __init__(self) -> None:
         self.queues = [QueueStats("default", 12, 95.5, False), QueueStats("low", 0, 0.0, True)]
         self.scheduled_size, self.retry_size, self.dead_size = 4, 1, 2
+        self.queues_unshown = 7
 
 
 def test_rendering_names_every_metric_with_its_labels() -> None:
@@ -306,6 +307,7 @@ def test_rendering_names_every_metric_with_its_labels() -> None:
     assert samples[("jobmaster_queue_latency_seconds", (("queue", "default"),))] == 95.5
     assert samples[("jobmaster_queue_paused", (("queue", "low"),))] == 1
     assert samples[("jobmaster_set_size", (("set", "dead"),))] == 2
+    assert samples[("jobmaster_queues_unshown", ())] == 7
     assert samples[("jobmaster_redis_up", ())] == 1
     assert all(name.startswith("jobmaster_") for name, _ in samples)
 
