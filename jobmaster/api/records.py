@@ -8,11 +8,13 @@ its raw text.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from jobmaster import payload as wire
+from jobmaster.api.base import moment, number
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,12 @@ class JobRecord:
         value = (self.payload or {}).get(name)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
-        return float(value)
+        found = number(value, math.nan)  # an int too big for a float: unknown
+        return None if math.isnan(found) else found
+
+    def _moment(self, name: str) -> float | None:
+        """A time field, None unless a date can be shown for it (see ``moment``)."""
+        return moment(self._float(name))
 
     @property
     def jid(self) -> str | None:
@@ -63,11 +70,11 @@ class JobRecord:
 
     @property
     def created_at(self) -> float | None:
-        return self._float("created_at")
+        return self._moment("created_at")
 
     @property
     def enqueued_at(self) -> float | None:
-        return self._float("enqueued_at")
+        return self._moment("enqueued_at")
 
     @property
     def error_class(self) -> str | None:
@@ -89,11 +96,11 @@ class JobRecord:
 
     @property
     def failed_at(self) -> float | None:
-        return self._float("failed_at")
+        return self._moment("failed_at")
 
     @property
     def died_at(self) -> float | None:
-        return self._float("died_at")
+        return self._moment("died_at")
 
     @property
     def dead_reason(self) -> str | None:
@@ -130,7 +137,8 @@ class JobRecord:
 @dataclass(frozen=True)
 class SortedEntry(JobRecord):
     """An entry of the scheduled, retry or dead set; ``score`` is a unix time:
-    when it is due (scheduled, retry) or when it died (dead)."""
+    when it is due (scheduled, retry) or when it died (dead), as stored (it
+    may be ``inf`` or ``-inf``: anyone who can write to Redis can set it)."""
 
     score: float = 0.0
 
@@ -140,8 +148,11 @@ class SortedEntry(JobRecord):
         return cls(record.raw, record.payload, float(score))
 
     @property
-    def at(self) -> float:
-        return self.score
+    def at(self) -> float | None:
+        """The score as a time to show; None when no date can be shown for it."""
+        return moment(self.score)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"score": self.score, **super().as_dict()}
+        # JSON has no infinity: a non-finite score is written as text ("inf").
+        score = self.score if math.isfinite(self.score) else str(self.score)
+        return {"score": score, **super().as_dict()}

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import click
+
+from jobmaster.api.base import moment
 
 CLIP = 60  # characters of free text (errors, raw payloads) a table cell shows
 
@@ -48,7 +51,10 @@ def clip(text: str | None, width: int = CLIP) -> str:
 def duration(seconds: float, between: str = "") -> str:
     """``45s``, ``3m05s``, ``2h03m``, ``4d02h``: two units are enough to read at a glance.
 
-    ``between`` goes between the two units (the dashboard writes ``3m 05s``)."""
+    ``between`` goes between the two units (the dashboard writes ``3m 05s``);
+    ``-`` for a span that is not finite (a forged time in Redis)."""
+    if not math.isfinite(seconds):
+        return "-"
     whole = max(0, int(seconds))
     days, rest = divmod(whole, 86400)
     hours, rest = divmod(rest, 3600)
@@ -70,7 +76,9 @@ def relative(at: float | None, now: float) -> str:
 
 
 def timestamp(at: float | None, now: float) -> str:
-    """Local time and how far off: ``2026-11-29 14:03:00 (3m05s ago)``."""
+    """Local time and how far off: ``2026-11-29 14:03:00 (3m05s ago)``; ``-``
+    when unknown, or when no date can be shown for it (see ``api.base.moment``)."""
+    at = moment(at)
     if not at:
         return "-"
     local = datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")

@@ -78,7 +78,8 @@ def entry_json(entry: SortedEntry) -> dict[str, Any]:
         "runnable": entry.runnable,
         **entry.as_dict(),
     }
-    data.pop("score")  # the same as "at"
+    if entry.at == entry.score:
+        data.pop("score")  # the same as "at"; kept when no date can be shown for it
     return data
 
 

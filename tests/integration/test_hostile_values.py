@@ -1,0 +1,95 @@
+"""What the operator's commands and the dashboard show when Redis holds forged values.
+
+SPEC §8: every value read from Redis may be corrupt or forged. A counter
+that is ``inf`` or ``nan``, a score of ``+inf``, a heartbeat whose pid is
+``nan``: each command and each page still answers (the value shown as
+unknown), and the forged entry can still be deleted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from starlette.testclient import TestClient
+
+from jobmaster import payload as wire
+from jobmaster.cli import main
+from jobmaster.config import load_config
+from jobmaster.keys import Keys
+from jobmaster.web import create_app
+
+pytestmark = pytest.mark.timeout(60)
+K = Keys()
+PAGES = ["/", "/busy", "/queues", "/stats.json", "/scheduled", "/retries", "/dead", "/batches"]
+
+
+@pytest.fixture
+def store(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def web(redis_url: str) -> Iterator[TestClient]:
+    config = load_config(None, {"redis_url": redis_url})
+    with TestClient(create_app(config), follow_redirects=False) as test_client:
+        yield test_client
+
+
+def run(redis_url: str, *args: str) -> Result:
+    return CliRunner().invoke(main, [*args, "--redis-url", redis_url])
+
+
+def forge_non_finite(store: redis.Redis) -> str:
+    """inf and nan counters, +inf and -inf scores, a heartbeat with a nan pid;
+    returns the jid of the entry scheduled at +inf."""
+    store.mset({K.stat("failed"): "inf", K.stat("processed"): "nan"})
+    payload = wire.build("tests.record", ["forever"], {}, queue="default")
+    store.zadd(K.scheduled, {wire.encode(payload): float("inf")})
+    retry = wire.build("tests.record", [], {}, queue="default")
+    store.zadd(K.retry, {wire.encode(retry): float("-inf")})
+    dead = {**wire.build("tests.record", [], {}, queue="default"), "died_at": 1e308}
+    store.zadd(K.dead, {json.dumps(dead).encode(): 1e308})
+    identity = "forged:1:abc"
+    store.sadd(K.processes, identity)
+    fields = {"pid": "nan", "busy": "inf", "beat_at": "nan", "started_at": "-inf"}
+    store.hset(K.heartbeat(identity), mapping={**fields, "memory_mb": "nan", "hostname": "h"})
+    store.expire(K.heartbeat(identity), 60)
+    store.hset(K.batch("b1"), mapping={"created_at": "1e300", "total": "nan", "pending": "inf"})
+    store.hset(K.batch("b1"), mapping={"complete_at": "-inf", "description": "forged"})
+    store.zadd(K.batches, {"b1": float("inf")})
+    return str(payload["jid"])
+
+
+def test_commands_answer_and_the_forged_entry_can_be_deleted(
+    redis_url: str, store: redis.Redis
+) -> None:
+    jid = forge_non_finite(store)
+    commands = [["stats"], ["stats", "--json"], ["ps"], ["ps", "--json"]]
+    commands += [["batches", "list"], ["batches", "show", "b1"]]
+    for args in commands:
+        result = run(redis_url, *args)
+        assert result.exit_code == 0, (args, result.output, result.exception)
+    for kind in ("scheduled", "retries", "dead"):
+        for args in ([kind, "list"], [kind, "list", "--json"]):
+            result = run(redis_url, *args)
+            assert result.exit_code == 0, (args, result.output, result.exception)
+    shown = run(redis_url, "scheduled", "show", jid)
+    assert shown.exit_code == 0, (shown.output, shown.exception)
+    deleted = run(redis_url, "scheduled", "delete", jid)
+    assert deleted.exit_code == 0, (deleted.output, deleted.exception)
+    assert store.zcard(K.scheduled) == 0
+    listed = json.loads(run(redis_url, "retries", "list", "--json").output)
+    assert (listed[0]["at"], listed[0]["score"]) == (None, "-inf")
+
+
+def test_pages_answer(web: TestClient, store: redis.Redis) -> None:
+    jid = forge_non_finite(store)
+    for path in [*PAGES, f"/jobs/{jid}", "/scheduled?q=tests"]:
+        answer = web.get(path)
+        assert answer.status_code == 200, (path, answer.text[:500])
+    stats = json.loads(web.get("/stats.json").text)  # valid JSON: no NaN, no Infinity
+    assert (stats["processed"], stats["failed"], stats["busy"]) == (0, 0, 0)
