@@ -23,6 +23,7 @@ import redis
 from jobmaster import exitcodes
 from jobmaster.app import AppImportError, load_app
 from jobmaster.client import Client, default_from_config
+from jobmaster.commands.output import echo
 from jobmaster.config import Config, load_config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
@@ -89,7 +90,7 @@ def reports_errors(func: F) -> F:
                 code = exitcodes.USAGE
             elif isinstance(error, AppImportError):
                 code = exitcodes.APP_LOAD_FAILED
-            click.echo(f"jobmaster: {error}", err=True)
+            echo(f"jobmaster: {error}", err=True)
             sys.exit(code)
 
     return wrapper  # type: ignore[return-value]
@@ -200,8 +201,8 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     for name, entry in config.periodic.items():
         when = entry.cron if entry.cron is not None else f"every {entry.every:g}s"
         lines.append(f"periodic:    {name}: {entry.job} ({when})")
-    click.echo("\n".join(lines))
-    click.echo("ok")
+    echo("\n".join(lines))
+    echo("ok")
 
 
 def memory_summary(config: Config) -> str:
@@ -264,9 +265,7 @@ def enqueue(
 
         item["at"] = time.time() + delay
     jid = client.push(item)
-    click.echo(
-        json.dumps({"jid": jid}) if as_json else jid or "not enqueued (a middleware dropped it)"
-    )
+    echo(json.dumps({"jid": jid}) if as_json else jid or "not enqueued (a middleware dropped it)")
 
 
 # -- jobmaster periodic ----------------------------------------------------------
@@ -295,10 +294,10 @@ def periodic_list(
 
     rows = list_periodic(periodic_source(config_file, redis_url))
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("no periodic entries")
+        echo("no periodic entries")
         return
     for row in rows:
         state = "enabled" if row["enabled"] else "disabled"
@@ -306,7 +305,7 @@ def periodic_list(
             state += " (at run time)"
         last = when(row["last_run"]) if row["last_run"] is not None else "never"
         upcoming = when(row["next_run"]) if row["next_run"] is not None else "-"
-        click.echo(
+        echo(
             f"{row['name']}: {row['job']} on {row['queue']}, {row['schedule']}, {state}; "
             f"last {last}, next {upcoming}"
         )
@@ -321,7 +320,7 @@ def periodic_enable(name: str, config_file: str | None, redis_url: str | None, d
     from jobmaster.periodic import enable
 
     enable(name, periodic_source(config_file, redis_url))
-    click.echo(f"{name}: enabled")
+    echo(f"{name}: enabled")
 
 
 @periodic.command("disable")
@@ -335,7 +334,7 @@ def periodic_disable(
     from jobmaster.periodic import disable
 
     disable(name, periodic_source(config_file, redis_url))
-    click.echo(f"{name}: disabled")
+    echo(f"{name}: disabled")
 
 
 @main.command(name="status")
@@ -351,9 +350,9 @@ def status_command(
     client = Client.from_config(config)
     state, tries = client.status(jid), client.attempts(jid)
     if as_json:
-        click.echo(json.dumps({"jid": jid, "status": state, "attempts": tries}))
+        echo(json.dumps({"jid": jid, "status": state, "attempts": tries}))
         return
-    click.echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
+    echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
     for number, attempt in enumerate(tries, 1):
         took = float(attempt.get("ended_at") or 0) - float(attempt.get("started_at") or 0)
         error = (
@@ -361,7 +360,7 @@ def status_command(
             if attempt.get("error_class")
             else ""
         )
-        click.echo(
+        echo(
             f"  attempt {number}: {attempt.get('outcome')} in {took * 1000:.0f} ms "
             f"on {attempt.get('worker')}{error}"
         )

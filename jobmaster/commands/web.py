@@ -14,6 +14,7 @@ import click
 
 from jobmaster.cli import load
 from jobmaster.commands.common import command_options
+from jobmaster.commands.output import echo
 from jobmaster.config import Config
 from jobmaster.errors import ConfigError
 
@@ -67,5 +68,5 @@ def web_command(
         raise ConfigError(
             f"the dashboard needs the web extra: pip install 'jobmaster[web]' ({error})"
         ) from None
-    click.echo(f"jobmaster web: http://{host}:{port}/ on Redis {config.redis_url_masked}")
+    echo(f"jobmaster web: http://{host}:{port}/ on Redis {config.redis_url_masked}")
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")

@@ -9,6 +9,7 @@ unknown), and the forged entry can still be deleted.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -93,3 +94,42 @@ def test_pages_answer(web: TestClient, store: redis.Redis) -> None:
         assert answer.status_code == 200, (path, answer.text[:500])
     stats = json.loads(web.get("/stats.json").text)  # valid JSON: no NaN, no Infinity
     assert (stats["processed"], stats["failed"], stats["busy"]) == (0, 0, 0)
+
+
+# -- terminal escapes (item 11) -------------------------------------------------
+OSC52 = "\x1b]52;c;cHduZWQ=\x07"  # sets the terminal's clipboard
+EVIL = f"{OSC52}job\rhidden\x1b[2J\x9b31m\u202eevil"
+RAW = set("\x1b\x07\r\x9b\u202e")
+
+
+def forge_escapes(store: redis.Redis) -> str:
+    """Control characters in every field an operator's command prints; the jid."""
+    payload = wire.build(EVIL, [EVIL], {"k": EVIL}, queue="default")
+    payload |= {"error_class": EVIL, "error_message": EVIL, "error_backtrace": [EVIL]}
+    store.zadd(K.dead, {wire.encode(payload): time.time()})
+    store.zadd(K.retry, {f"not json {EVIL}".encode(): time.time() + 60})
+    store.rpush(K.queue(EVIL), wire.encode(payload))
+    store.sadd(K.queues, EVIL)
+    identity = f"{EVIL}:1:abc"
+    store.sadd(K.processes, identity)
+    store.hset(K.heartbeat(identity), mapping={"pid": "1", "hostname": EVIL, "queues": EVIL})
+    store.expire(K.heartbeat(identity), 60)
+    store.hset(K.batch("b2"), mapping={"created_at": time.time(), "description": EVIL})
+    store.zadd(K.batches, {"b2": time.time()})
+    return str(payload["jid"])
+
+
+def test_commands_never_print_terminal_control_characters(
+    redis_url: str, store: redis.Redis
+) -> None:
+    jid = forge_escapes(store)
+    commands = [["stats"], ["ps"], ["queue", "list"], ["batches", "list"]]
+    commands += [["batches", "show", "b2"], ["dead", "show", jid]]
+    for kind in ("dead", "retries"):
+        commands += [[kind, "list"], [kind, "list", "--json"]]
+    for args in commands:
+        result = run(redis_url, *args)
+        assert result.exit_code == 0, (args, result.output, result.exception)
+        assert not RAW & set(result.output), (args, result.output)
+    shown = run(redis_url, "dead", "show", jid).output
+    assert "\\x1b]52;c;cHduZWQ=\\x07job\\x0dhidden" in shown  # shown, as text
