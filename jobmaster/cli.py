@@ -28,8 +28,9 @@ from jobmaster.config import Config, load_config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.errors import ConfigError, JobmasterError
+from jobmaster.proctitle import set_title
 from jobmaster.redis_target import RedisTarget
-from jobmaster.settings import SETTINGS
+from jobmaster.settings import SETTINGS, mask_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,12 +47,34 @@ class DefaultRunGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+def hide_url_password(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A password in ``--redis-url`` is in this process's command line, which
+    every local user reads with ``ps``: mask it in the title at once (before
+    connecting, which may take a while) and say where it belongs instead."""
+    if value is None or mask_url(value) == value:
+        return value
+    masked = mask_url(value)
+    if any(value in arg for arg in sys.argv):  # not when called in process (tests)
+        set_title(" ".join(["jobmaster", *(a.replace(value, masked) for a in sys.argv[1:])]))
+    echo(
+        "jobmaster: warning: --redis-url holds a password, which other local users can "
+        "read in `ps` until this process masks it; put it in the config file, "
+        "JOBMASTER_REDIS_URL or JOBMASTER_REDIS_PASSWORD instead",
+        err=True,
+    )
+    return value
+
+
 def config_options(func: F) -> F:
     """``-c FILE``, ``--redis-url`` and ``--debug``, which every subcommand takes."""
     func = click.option("--debug", is_flag=True, help="Show tracebacks of errors.")(func)
-    func = click.option("--redis-url", "redis_url", default=None, help=SETTINGS["redis_url"].help)(
-        func
-    )
+    func = click.option(
+        "--redis-url",
+        "redis_url",
+        default=None,
+        help=SETTINGS["redis_url"].help,
+        callback=hide_url_password,
+    )(func)
     func = click.option(
         "-c", "--config", "config_file", default=None, metavar="FILE", help="The TOML config file."
     )(func)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from jobmaster.redis_target import split_address
 
@@ -61,21 +61,21 @@ def mask_url(url: str) -> str:
     """Return ``url`` with its password replaced by ``***``.
 
     Error messages and logs echo Redis URLs; a password pasted into a CI log
-    or a bug report is a leaked password.
+    or a bug report is a leaked password. ``urlsplit`` is not trusted here: a
+    password with an unencoded ``#``, ``/``, ``?`` or ``@`` makes it see no
+    password at all (``#`` starts a fragment, ``/`` ends the netloc), and the
+    URL was printed whole. So the userinfo is everything up to the *last*
+    ``@`` (too much is masked when the query holds an ``@``, never too
+    little), and the query runs to the end (a Redis URL has no fragment).
     """
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # an unparseable URL may still hold a secret: show none of it
-        return "<unparseable URL>"
-    if password:
-        userinfo, _, hostinfo = parts.netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        url = urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+    scheme, slashes, rest = url.partition("://")
+    if slashes:
+        userinfo, at, hostinfo = rest.rpartition("@")
+        if at and ":" in userinfo:
+            rest = f"{userinfo.partition(':')[0]}:***@{hostinfo}"
     # redis-py also reads a password from the query string: ``?password=...``.
-    address, mark, rest = url.partition("?")
-    query, hash_mark, fragment = rest.partition("#")
-    return address + mark + _mask_query(query) + hash_mark + fragment
+    address, mark, query = rest.partition("?")
+    return scheme + slashes + address + mark + _mask_query(query)
 
 
 def _mask_query(query: str) -> str:

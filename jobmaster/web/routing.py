@@ -47,7 +47,8 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         "csrf_token": csrf.token(request.session),
         "flash": request.session.pop(FLASH, None),
         "login_required": board.guard.required,
-        "redis": board.config.redis_url_masked,
+        # Where Redis is (host, port, user) is for logged-in eyes only.
+        "redis": board.config.redis_url_masked if board.guard.allows(request) else "",
     }
     return board.templates.TemplateResponse(request, template, context, status_code=status_code)
 
