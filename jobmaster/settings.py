@@ -368,6 +368,17 @@ def host(value: object) -> str:
     raise ValueError(f'must be a host name or an IP address such as "127.0.0.1", {_got(value)}')
 
 
+def host_names(value: object) -> list[str]:
+    """Names a Host header may give: ``jobs.example.com``, an IP address,
+    ``*.example.com`` (a domain's names) or ``*`` (any: the check is off)."""
+    names = _items(value, "host names")
+    for name in names:
+        bare = name[2:] if name.startswith("*.") else name
+        if name != "*" and not re.fullmatch(r"\[?[A-Za-z0-9_.:%-]+\]?", bare):
+            raise ValueError(f'must be host names such as "jobs.example.com", got {name!r}')
+    return names
+
+
 MIN_SECRET_LENGTH = 16
 
 
@@ -695,10 +706,20 @@ _ALL = [
         name="web_token",
         default="",
         help="Token for scripts reaching the web dashboard (`Authorization: Bearer TOKEN`); "
-        "it also opens the login page. Never shown.",
+        'it also opens the login page. "auto": a random one, printed at start in a link '
+        "that logs in (for hosts with other users). Never shown otherwise.",
         parse=secret,
         env="JOBMASTER_WEB_TOKEN",
         default_doc="none",
+    ),
+    Setting(
+        name="web_hosts",
+        default=[],
+        help="Host names the web dashboard answers for, besides the address it listens on "
+        'and localhost (any other Host header: 400, against DNS rebinding); "*.example.com" '
+        'for a domain, "*" for any (when a proxy in front checks it).',
+        parse=host_names,
+        env="JOBMASTER_WEB_HOSTS",
     ),
 ]
 

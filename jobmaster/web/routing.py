@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from jobmaster.web import csrf
+from jobmaster.web.auth import log_in
 from jobmaster.web.dashboard import dashboard
 
 PageHandler = Callable[[Request], Response]
@@ -59,9 +60,21 @@ def _login_redirect(request: Request) -> Response:
     return RedirectResponse(to(request, "/login", next=request.url.path), status_code=303)
 
 
+def _token_login(request: Request) -> Response:
+    """The link ``jobmaster web`` prints (``?token=``): log in, then the same page
+    without the token, so it stays out of the history and the Referer."""
+    log_in(request)
+    params = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    query = f"?{urlencode(params)}" if params else ""
+    return RedirectResponse(request.url.path + query, status_code=303)
+
+
 def page(path: str, handler: PageHandler, name: str | None = None) -> Route:
     async def endpoint(request: Request) -> Response:
-        if not dashboard(request).guard.allows(request):
+        guard = dashboard(request).guard
+        if not guard.allows(request):
+            if guard.accepts_token(request.query_params.get("token")):
+                return _token_login(request)
             return _login_redirect(request)
         return await run_in_threadpool(handler, request)
 

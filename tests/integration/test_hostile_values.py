@@ -24,6 +24,7 @@ from jobmaster.keys import Keys
 from jobmaster.web import create_app
 
 pytestmark = pytest.mark.timeout(60)
+LOCAL = "http://localhost"  # a Host the dashboard answers for (door.py)
 K = Keys()
 PAGES = ["/", "/busy", "/queues", "/stats.json", "/scheduled", "/retries", "/dead", "/batches"]
 
@@ -36,7 +37,7 @@ def store(redis_url: str) -> redis.Redis:
 @pytest.fixture
 def web(redis_url: str) -> Iterator[TestClient]:
     config = load_config(None, {"redis_url": redis_url})
-    with TestClient(create_app(config), follow_redirects=False) as test_client:
+    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as test_client:
         yield test_client
 
 

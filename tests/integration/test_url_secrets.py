@@ -26,6 +26,7 @@ from tests.helpers import free_port, wait_until
 from tests.process.conftest import ROOT, jobmaster_command
 
 pytestmark = pytest.mark.timeout(60)
+LOCAL = "http://localhost"  # a Host the dashboard answers for (door.py)
 HEAD, TAIL = "Qx7", "Zk4"  # the two ends of every password below
 
 
@@ -73,7 +74,7 @@ def test_redis_url_with_a_password_is_warned_about_and_hidden_from_ps(tmp_path: 
 @pytest.fixture
 def guarded(redis_url: str) -> Iterator[TestClient]:
     config = load_config(None, {"redis_url": redis_url, "web_password": "a long password"})
-    with TestClient(create_app(config), follow_redirects=False) as client:
+    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as client:
         yield client
 
 

@@ -11,7 +11,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from jobmaster.web import csrf
-from jobmaster.web.auth import SESSION_FLAG
+from jobmaster.web.auth import log_in
 from jobmaster.web.dashboard import dashboard
 from jobmaster.web.routing import base, render, to
 
@@ -33,8 +33,7 @@ async def login(request: Request) -> Response:
         return PlainTextResponse("refused: missing or wrong CSRF token", status_code=403)
     if not dashboard(request).guard.accepts(str(form.get("password", ""))):
         return render(request, "login.html", status_code=401, next=form.get("next", ""), wrong=True)
-    request.session.clear()  # a fresh session (and CSRF token) once logged in
-    request.session[SESSION_FLAG] = True
+    log_in(request)
     return RedirectResponse(_next(request, form.get("next")), status_code=303)
 
 
