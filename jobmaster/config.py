@@ -107,6 +107,7 @@ class Config:
     web_password: str = field(default_factory=_default("web_password"), repr=False)
     web_token: str = field(default_factory=_default("web_token"), repr=False)
     web_hosts: list[str] = field(default_factory=_default("web_hosts"))
+    web_cookie_secure: str = field(default_factory=_default("web_cookie_secure"))
     source: str | None = None
     periodic: dict[str, PeriodicEntry] = field(default_factory=dict)
 

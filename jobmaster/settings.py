@@ -380,6 +380,37 @@ def host_names(value: object) -> list[str]:
 
 
 MIN_SECRET_LENGTH = 16
+MIN_PASSWORD_LENGTH = 12  # web_password: typed by people, throttled (web/throttle.py)
+
+
+def web_password(value: object) -> str:
+    """A password of at least ``MIN_PASSWORD_LENGTH`` characters, or none."""
+    text = secret(value)
+    if text and len(text) < MIN_PASSWORD_LENGTH:
+        raise ValueError(f"must be at least {MIN_PASSWORD_LENGTH} characters, has {len(text)}")
+    return text
+
+
+def web_token(value: object) -> str:
+    """``"auto"``, a token of at least ``MIN_SECRET_LENGTH`` characters, or none."""
+    text = secret(value)
+    if text.strip().lower() == "auto":
+        return "auto"
+    if text and len(text) < MIN_SECRET_LENGTH:
+        raise ValueError(
+            f'must be "auto" or at least {MIN_SECRET_LENGTH} random characters, has {len(text)}'
+        )
+    return text
+
+
+def cookie_secure(value: object) -> str:
+    """``"auto"``, or true or false, stored as ``"true"``/``"false"``."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return "true" if boolean(value) else "false"
+    except ValueError:
+        raise ValueError(f'must be "auto", true or false, {_got(value)}') from None
 
 
 def secret_keys(value: object) -> list[str]:
@@ -697,8 +728,8 @@ _ALL = [
         name="web_password",
         default="",
         help="Password of the web dashboard (`jobmaster web`): required to listen on "
-        "anything but loopback. Never shown.",
-        parse=secret,
+        "anything but loopback; at least 12 characters. Never shown.",
+        parse=web_password,
         env="JOBMASTER_WEB_PASSWORD",
         default_doc="none",
     ),
@@ -707,8 +738,9 @@ _ALL = [
         default="",
         help="Token for scripts reaching the web dashboard (`Authorization: Bearer TOKEN`); "
         'it also opens the login page. "auto": a random one, printed at start in a link '
-        "that logs in (for hosts with other users). Never shown otherwise.",
-        parse=secret,
+        "that logs in (for hosts with other users); else at least 16 characters. "
+        "Never shown otherwise.",
+        parse=web_token,
         env="JOBMASTER_WEB_TOKEN",
         default_doc="none",
     ),
@@ -720,6 +752,14 @@ _ALL = [
         'for a domain, "*" for any (when a proxy in front checks it).',
         parse=host_names,
         env="JOBMASTER_WEB_HOSTS",
+    ),
+    Setting(
+        name="web_cookie_secure",
+        default="auto",
+        help='Mark the dashboard\'s session cookie Secure (HTTPS only): "auto" does when '
+        "the request came over HTTPS (TLS, or a trusted proxy's X-Forwarded-Proto).",
+        parse=cookie_secure,
+        env="JOBMASTER_WEB_COOKIE_SECURE",
     ),
 ]
 

@@ -23,14 +23,13 @@ from starlette.staticfiles import StaticFiles
 
 from jobmaster.client import Client
 from jobmaster.config import Config, load_config
-from jobmaster.web.auth import Guard, resolve_token
+from jobmaster.web.auth import SESSION_SECONDS, Guard, Sessions, resolve_token
 from jobmaster.web.dashboard import Dashboard
 from jobmaster.web.door import OriginCheck, allowed_hosts
-from jobmaster.web.headers import SecurityHeaders
+from jobmaster.web.headers import SecureCookies, SecurityHeaders
 from jobmaster.web.views import batches, jobs, overview, periodic, processes, queues, session, sets
 
 SESSION_COOKIE = "jobmaster_web"
-SESSION_HOURS = 12
 
 
 def create_app(
@@ -52,10 +51,12 @@ def create_app(
     ``app.state.dashboard.guard.token``.
     """
     config = config or load_config()
+    client = client or Client.from_config(config)
+    sessions = Sessions(client.redis, client.keys)
     board = Dashboard(
-        client=client or Client.from_config(config),
+        client=client,
         config=config,
-        guard=Guard(config.web_password, resolve_token(config.web_token)),
+        guard=Guard(config.web_password, resolve_token(config.web_token), sessions),
     )
     routes: list[BaseRoute] = [
         *overview.ROUTES,
@@ -70,13 +71,14 @@ def create_app(
     ]
     middleware = [
         Middleware(SecurityHeaders),
+        Middleware(SecureCookies, mode=config.web_cookie_secure),
         Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(listen, config.web_hosts)),
         Middleware(OriginCheck),
         Middleware(
             SessionMiddleware,
             secret_key=session_secret or secrets.token_hex(32),
             session_cookie=SESSION_COOKIE,
-            max_age=SESSION_HOURS * 3600,
+            max_age=SESSION_SECONDS,
             same_site="strict",
         ),
     ]

@@ -151,7 +151,8 @@ def test_secrets_are_never_rendered(redis_url: str, conn: redis.Redis) -> None:
 
 
 def test_password_guards_pages_and_actions(redis_url: str, conn: redis.Redis) -> None:
-    config = load_config(None, {"redis_url": redis_url, "web_password": "right", "web_token": "tk"})
+    secrets = {"web_password": "the right one", "web_token": "a-token-for-scripts"}
+    config = load_config(None, {"redis_url": redis_url, **secrets})
     with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as test_client:
         first = test_client.get("/dead")
         assert first.status_code == 303
@@ -160,11 +161,11 @@ def test_password_guards_pages_and_actions(redis_url: str, conn: redis.Redis) ->
         token = csrf_of(test_client.get("/login").text)
         wrong = test_client.post("/login", data={"password": "wrong", "csrf_token": token})
         assert wrong.status_code == 401
-        login = {"password": "right", "csrf_token": token, "next": "//evil.example/"}
+        login = {"password": "the right one", "csrf_token": token, "next": "//evil.example/"}
         answer = test_client.post("/login", data=login)
         assert answer.headers["location"] == "/"  # never an open redirect
         assert test_client.get("/dead").status_code == 200
-        bearer = {"authorization": "Bearer tk"}
+        bearer = {"authorization": "Bearer a-token-for-scripts"}
         with TestClient(create_app(config), base_url=LOCAL) as script:
             assert script.get("/stats.json", headers=bearer).status_code == 200
             wrong_bearer = {"authorization": "Bearer nope"}
