@@ -532,6 +532,36 @@ redis.call('HSETNX', KEYS[1], 'cancelled', ARGV[1])
 return 1
 """
 
+# PEEK: read a page of a sorted set with each member cut to its first
+# ARGV[6] bytes, and its full length: a forged 100 MB entry costs a listing
+# (the CLI, the dashboard) that many bytes, not the entry (records.py).
+# Read-only. The member is still copied into Lua, in Redis, for a moment.
+# KEYS[1] the sorted set
+# ARGV[1] min, ARGV[2] max (ranks; scores with BYSCORE), ARGV[3] "BYSCORE" or
+# "", ARGV[4] "REV" or "", ARGV[5] LIMIT count (BYSCORE only), ARGV[6] bytes
+# kept; with BYSCORE, ARGV[7] LIMIT offset
+# Returns {member's first bytes, its length, score, ...} in ZRANGE's order.
+PEEK = """
+local args = {KEYS[1], ARGV[1], ARGV[2]}
+if ARGV[3] ~= '' then args[#args + 1] = ARGV[3] end
+if ARGV[4] ~= '' then args[#args + 1] = ARGV[4] end
+if ARGV[3] ~= '' then
+  args[#args + 1] = 'LIMIT'
+  args[#args + 1] = ARGV[7]
+  args[#args + 1] = ARGV[5]
+end
+args[#args + 1] = 'WITHSCORES'
+local found = redis.call('ZRANGE', unpack(args))
+local keep = tonumber(ARGV[6])
+local out = {}
+for i = 1, #found, 2 do
+  out[#out + 1] = string.sub(found[i], 1, keep)
+  out[#out + 1] = #found[i]
+  out[#out + 1] = found[i + 1]
+end
+return out
+"""
+
 
 class Scripts:
     """The scripts registered on one Redis client."""
@@ -550,3 +580,4 @@ class Scripts:
         self.periodic = client.register_script(PERIODIC)
         self.push_unique = client.register_script(PUSH_UNIQUE)
         self.unlock = client.register_script(UNLOCK)
+        self.peek = client.register_script(PEEK)

@@ -58,6 +58,8 @@ KINDS = (
 
 
 def error_text(entry: SortedEntry) -> str | None:
+    if entry.payload is None and entry.oversized:
+        return f"too long to read: {entry.length:,} bytes"
     if entry.payload is None:
         return f"not a payload: {entry.text}"
     if entry.error_class:

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from jobmaster.api.base import moment as shown
+from jobmaster.api.records import SHOW_CHARS
 from jobmaster.commands.output import duration as cli_duration
 
 SHORT = 120  # characters of a job's arguments shown in a list row
@@ -53,7 +54,10 @@ def arguments(args: list[Any], kwargs: dict[str, Any] | None = None) -> str:
 
 
 def record_arguments(record: Any) -> str:
-    """A JobRecord's args and kwargs (garbage: its raw text)."""
+    """A JobRecord's args and kwargs (garbage: its raw text; one too long to
+    read: its size)."""
+    if record.payload is None and record.oversized:
+        return f"(too long to show: {record.length:,} bytes)"
     if record.payload is None:
         return str(record.text)
     return arguments(record.args, record.kwargs)
@@ -64,8 +68,12 @@ def shorten(value: str, limit: int = SHORT) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A payload or an argument list, indented, for a job's details."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    """A payload or an argument list, indented, for a job's details; cut to
+    ``SHOW_CHARS`` (a 1 MB payload is not sent whole to the browser)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) <= SHOW_CHARS:
+        return text
+    return text[:SHOW_CHARS] + f"\n… (truncated: {len(text):,} characters in all)"
 
 
 def megabytes(value: float | None) -> str:

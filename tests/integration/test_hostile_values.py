@@ -9,7 +9,9 @@ unknown), and the forged entry can still be deleted.
 from __future__ import annotations
 
 import json
+import re
 import time
+import tracemalloc
 from collections.abc import Iterator
 
 import pytest
@@ -134,3 +136,51 @@ def test_commands_never_print_terminal_control_characters(
         assert not RAW & set(result.output), (args, result.output)
     shown = run(redis_url, "dead", "show", jid).output
     assert "\\x1b]52;c;cHduZWQ=\\x07job\\x0dhidden" in shown  # shown, as text
+
+
+# -- huge entries (item 4: the CLI and the dashboard) -----------------------------
+HUGE = 32 * 1024 * 1024  # bytes of the forged entry (the review used 100 MB)
+
+
+def forge_huge(store: redis.Redis) -> str:
+    """A valid payload 32 MB long in the dead set, beside a small one; its jid."""
+    payload = wire.build("tests.record", ["x" * HUGE], {}, queue="default")
+    payload |= {"error_class": "ValueError", "error_message": "big", "died_at": time.time()}
+    store.zadd(K.dead, {wire.encode(payload): time.time() - 60})
+    store.zadd(K.dead, {wire.encode(wire.build("tests.record", [1], {}, queue="q")): time.time()})
+    return str(payload["jid"])
+
+
+def test_a_huge_entry_is_listed_without_being_read_whole(
+    redis_url: str, store: redis.Redis
+) -> None:
+    jid = forge_huge(store)
+    tracemalloc.start()
+    try:
+        listed = run(redis_url, "dead", "list", "--limit", "1")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert listed.exit_code == 0, (listed.output, listed.exception)
+    assert peak < HUGE // 4, f"listing one entry took {peak:,} bytes"
+    assert jid in listed.output and "too long to read" in listed.output, listed.output
+    assert len(run(redis_url, "dead", "list", "--json").output) < 1024 * 1024
+    shown = run(redis_url, "dead", "show", jid)
+    assert shown.exit_code == 0 and len(shown.output) < 1024 * 1024, shown.exception
+    assert re.search(r"truncated: [\d,]+ bytes in all", shown.output), shown.output[-300:]
+    deleted = run(redis_url, "dead", "delete", jid)
+    assert deleted.exit_code == 0 and store.zcard(K.dead) == 1, deleted.output
+
+
+def test_a_huge_entry_makes_small_pages(web: TestClient, store: redis.Redis) -> None:
+    jid = forge_huge(store)
+    for path in ("/dead", f"/jobs/{jid}", "/dead?q=tests"):
+        answer = web.get(path)
+        assert answer.status_code == 200, path
+        assert len(answer.content) < 1024 * 1024, (path, len(answer.content))
+    assert "bytes" in web.get("/dead").text
+    token = re.search(r'name="csrf_token" value="([^"]+)"', web.get("/dead").text)
+    assert token
+    form = {"op": "delete", "jid": jid, "csrf_token": token[1]}
+    web.post("/sets/dead/action", data=form)
+    assert store.zcard(K.dead) == 1
