@@ -562,6 +562,21 @@ end
 return out
 """
 
+# PEEK_LIST: PEEK for a list (a queue): LRANGE with each entry cut to its
+# first ARGV[3] bytes, and its full length. Read-only.
+# KEYS[1] the list; ARGV[1] start, ARGV[2] stop (LRANGE's), ARGV[3] bytes kept
+# Returns {entry's first bytes, its length, ...} in LRANGE's order.
+PEEK_LIST = """
+local found = redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2])
+local keep = tonumber(ARGV[3])
+local out = {}
+for i = 1, #found do
+  out[#out + 1] = string.sub(found[i], 1, keep)
+  out[#out + 1] = #found[i]
+end
+return out
+"""
+
 
 class Scripts:
     """The scripts registered on one Redis client."""
@@ -581,3 +596,4 @@ class Scripts:
         self.push_unique = client.register_script(PUSH_UNIQUE)
         self.unlock = client.register_script(UNLOCK)
         self.peek = client.register_script(PEEK)
+        self.peek_list = client.register_script(PEEK_LIST)

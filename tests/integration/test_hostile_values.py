@@ -184,3 +184,29 @@ def test_a_huge_entry_makes_small_pages(web: TestClient, store: redis.Redis) -> 
     form = {"op": "delete", "jid": jid, "csrf_token": token[1]}
     web.post("/sets/dead/action", data=form)
     assert store.zcard(K.dead) == 1
+
+
+def test_a_huge_job_at_a_queue_tail_is_not_fetched_for_pages(
+    web: TestClient, redis_url: str, store: redis.Redis
+) -> None:
+    payload = wire.build("tests.record", ["x" * HUGE], {}, queue="default")
+    store.rpush(K.queue("default"), wire.encode(payload))  # the tail: the oldest
+    store.lpush(
+        K.queue("default"), wire.encode(wire.build("tests.record", [1], {}, queue="default"))
+    )
+    store.sadd(K.queues, "default")
+    for path in ("/", "/stats.json", "/queues", "/queues/default"):
+        tracemalloc.start()
+        try:
+            answer = web.get(path)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert answer.status_code == 200 and len(answer.content) < 1024 * 1024, path
+        assert peak < HUGE // 4, f"{path} took {peak:,} bytes"
+    assert run(redis_url, "stats").exit_code == 0
+    token = re.search(r'name="csrf_token" value="([^"]+)"', web.get("/queues/default").text)
+    assert token
+    form = {"op": "delete", "jid": str(payload["jid"]), "csrf_token": token[1]}
+    web.post("/queues/default/action", data=form)
+    assert store.llen(K.queue("default")) == 1
