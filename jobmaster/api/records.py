@@ -42,7 +42,7 @@ class JobRecord:
         data = raw.encode() if isinstance(raw, str) else raw
         full = max(len(data), size or 0)
         value = None
-        if full <= PARSE_BYTES:  # bounded: see the module's docstring
+        if len(data) == full <= PARSE_BYTES:  # whole, and bounded: see the docstring
             try:
                 value = wire.strict_loads(data)
             except (ValueError, UnicodeDecodeError):
@@ -61,8 +61,9 @@ class JobRecord:
 
     @property
     def oversized(self) -> bool:
-        """Too long to be parsed (``payload`` is None whatever it holds)."""
-        return self.length > PARSE_BYTES
+        """Read in part, or too long to parse: ``payload`` is None whatever it
+        holds, and jid, job and queue come from its first bytes."""
+        return self.truncated or self.length > PARSE_BYTES
 
     def _str(self, name: str) -> str | None:
         if self.payload is None and self.oversized:

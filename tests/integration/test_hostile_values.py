@@ -210,3 +210,15 @@ def test_a_huge_job_at_a_queue_tail_is_not_fetched_for_pages(
     form = {"op": "delete", "jid": str(payload["jid"]), "csrf_token": token[1]}
     web.post("/queues/default/action", data=form)
     assert store.llen(K.queue("default")) == 1
+
+
+def test_an_entry_longer_than_a_peek_keeps_its_jid_and_can_be_deleted(
+    redis_url: str, store: redis.Redis
+) -> None:
+    payload = wire.build("tests.record", ["y" * 200_000], {}, queue="default")
+    store.zadd(K.dead, {wire.encode(payload): time.time()})
+    [listed] = json.loads(run(redis_url, "dead", "list", "--json").output)
+    assert listed["jid"] == payload["jid"] and listed["job"] == "tests.record"
+    assert "too long to read" in run(redis_url, "dead", "list").output
+    assert run(redis_url, "dead", "delete", "--all").exit_code == 0
+    assert store.zcard(K.dead) == 0
