@@ -23,12 +23,14 @@ import redis
 from jobmaster import exitcodes
 from jobmaster.app import AppImportError, load_app
 from jobmaster.client import Client, default_from_config
+from jobmaster.commands.output import echo
 from jobmaster.config import Config, load_config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.errors import ConfigError, JobmasterError
+from jobmaster.proctitle import set_title
 from jobmaster.redis_target import RedisTarget
-from jobmaster.settings import SETTINGS
+from jobmaster.settings import SETTINGS, mask_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,12 +47,34 @@ class DefaultRunGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+def hide_url_password(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A password in ``--redis-url`` is in this process's command line, which
+    every local user reads with ``ps``: mask it in the title at once (before
+    connecting, which may take a while) and say where it belongs instead."""
+    if value is None or mask_url(value) == value:
+        return value
+    masked = mask_url(value)
+    if any(value in arg for arg in sys.argv):  # not when called in process (tests)
+        set_title(" ".join(["jobmaster", *(a.replace(value, masked) for a in sys.argv[1:])]))
+    echo(
+        "jobmaster: warning: --redis-url holds a password, which other local users can "
+        "read in `ps` until this process masks it; put it in the config file, "
+        "JOBMASTER_REDIS_URL or JOBMASTER_REDIS_PASSWORD instead",
+        err=True,
+    )
+    return value
+
+
 def config_options(func: F) -> F:
     """``-c FILE``, ``--redis-url`` and ``--debug``, which every subcommand takes."""
     func = click.option("--debug", is_flag=True, help="Show tracebacks of errors.")(func)
-    func = click.option("--redis-url", "redis_url", default=None, help=SETTINGS["redis_url"].help)(
-        func
-    )
+    func = click.option(
+        "--redis-url",
+        "redis_url",
+        default=None,
+        help=SETTINGS["redis_url"].help,
+        callback=hide_url_password,
+    )(func)
     func = click.option(
         "-c", "--config", "config_file", default=None, metavar="FILE", help="The TOML config file."
     )(func)
@@ -89,7 +113,7 @@ def reports_errors(func: F) -> F:
                 code = exitcodes.USAGE
             elif isinstance(error, AppImportError):
                 code = exitcodes.APP_LOAD_FAILED
-            click.echo(f"jobmaster: {error}", err=True)
+            echo(f"jobmaster: {error}", err=True)
             sys.exit(code)
 
     return wrapper  # type: ignore[return-value]
@@ -200,8 +224,8 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     for name, entry in config.periodic.items():
         when = entry.cron if entry.cron is not None else f"every {entry.every:g}s"
         lines.append(f"periodic:    {name}: {entry.job} ({when})")
-    click.echo("\n".join(lines))
-    click.echo("ok")
+    echo("\n".join(lines))
+    echo("ok")
 
 
 def memory_summary(config: Config) -> str:
@@ -264,9 +288,7 @@ def enqueue(
 
         item["at"] = time.time() + delay
     jid = client.push(item)
-    click.echo(
-        json.dumps({"jid": jid}) if as_json else jid or "not enqueued (a middleware dropped it)"
-    )
+    echo(json.dumps({"jid": jid}) if as_json else jid or "not enqueued (a middleware dropped it)")
 
 
 # -- jobmaster periodic ----------------------------------------------------------
@@ -295,10 +317,10 @@ def periodic_list(
 
     rows = list_periodic(periodic_source(config_file, redis_url))
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("no periodic entries")
+        echo("no periodic entries")
         return
     for row in rows:
         state = "enabled" if row["enabled"] else "disabled"
@@ -306,7 +328,7 @@ def periodic_list(
             state += " (at run time)"
         last = when(row["last_run"]) if row["last_run"] is not None else "never"
         upcoming = when(row["next_run"]) if row["next_run"] is not None else "-"
-        click.echo(
+        echo(
             f"{row['name']}: {row['job']} on {row['queue']}, {row['schedule']}, {state}; "
             f"last {last}, next {upcoming}"
         )
@@ -321,7 +343,7 @@ def periodic_enable(name: str, config_file: str | None, redis_url: str | None, d
     from jobmaster.periodic import enable
 
     enable(name, periodic_source(config_file, redis_url))
-    click.echo(f"{name}: enabled")
+    echo(f"{name}: enabled")
 
 
 @periodic.command("disable")
@@ -335,7 +357,7 @@ def periodic_disable(
     from jobmaster.periodic import disable
 
     disable(name, periodic_source(config_file, redis_url))
-    click.echo(f"{name}: disabled")
+    echo(f"{name}: disabled")
 
 
 @main.command(name="status")
@@ -351,9 +373,9 @@ def status_command(
     client = Client.from_config(config)
     state, tries = client.status(jid), client.attempts(jid)
     if as_json:
-        click.echo(json.dumps({"jid": jid, "status": state, "attempts": tries}))
+        echo(json.dumps({"jid": jid, "status": state, "attempts": tries}))
         return
-    click.echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
+    echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
     for number, attempt in enumerate(tries, 1):
         took = float(attempt.get("ended_at") or 0) - float(attempt.get("started_at") or 0)
         error = (
@@ -361,7 +383,7 @@ def status_command(
             if attempt.get("error_class")
             else ""
         )
-        click.echo(
+        echo(
             f"  attempt {number}: {attempt.get('outcome')} in {took * 1000:.0f} ms "
             f"on {attempt.get('worker')}{error}"
         )

@@ -106,6 +106,8 @@ class Config:
     secret_key: list[str] = field(default_factory=_default("secret_key"), repr=False)
     web_password: str = field(default_factory=_default("web_password"), repr=False)
     web_token: str = field(default_factory=_default("web_token"), repr=False)
+    web_hosts: list[str] = field(default_factory=_default("web_hosts"))
+    web_cookie_secure: str = field(default_factory=_default("web_cookie_secure"))
     source: str | None = None
     periodic: dict[str, PeriodicEntry] = field(default_factory=dict)
 

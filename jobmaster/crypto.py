@@ -209,12 +209,25 @@ def seal_payload(payload: dict[str, Any]) -> None:
     payload["args"], payload["kwargs"] = [], {}
 
 
-def arguments(payload: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def arguments(
+    payload: Mapping[str, Any], *, sealed: bool = False
+) -> tuple[list[Any], dict[str, Any]]:
     """The arguments to call the job with: opened if sealed, else as they are.
+
+    ``sealed``: the job is declared ``encrypt=True``, so arguments in clear are
+    refused (DecryptError): whoever can write to Redis cannot know the key,
+    and must not make an encrypted job run with arguments of their choosing.
+    The seal names the jid and the job (``_context``), so it cannot be moved
+    to another job either; it can be replayed whole (see the README).
 
     The payload itself is left sealed, so a retry or the dead set never stores
     the plaintext.
     """
     if FIELD not in payload:
+        if sealed:
+            raise DecryptError(
+                f"job {payload.get('job')!r} is declared encrypt=True but its arguments "
+                "are not sealed (not enqueued by a producer with secret_key)"
+            )
         return payload["args"], payload["kwargs"]
     return keyring().open(payload[FIELD], _context(payload))

@@ -7,7 +7,12 @@ Duties:
   stop it so the append-only file is fsynced, or kill it to simulate a crash;
 - for ``redis_url = "embedded"``: serve ``data_dir/redis.sock``, refuse to
   clobber a server that another process already runs there, and restart the
-  server when it dies (the supervisor calls :meth:`EmbeddedRedis.ensure_running`).
+  server when it dies (the supervisor calls :meth:`EmbeddedRedis.ensure_running`);
+- refuse a ``data_dir`` that is not ours alone (``check_private``): an existing
+  0755 directory let another local user read the append-only file (job
+  arguments), and one owned by another user let that user swap
+  ``redis.sock`` for a server of their own and receive a producer's jobs.
+  The server runs with umask 077, so what it writes is ours alone too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -169,7 +175,8 @@ class RedisServerProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         # stderr goes to the log too: config errors are printed before the
         # server opens its logfile, and they are what the user needs to see.
-        with self.logfile.open("ab") as errors:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        with open(os.open(self.logfile, flags, 0o600), "ab") as errors:  # owner only
             self._proc = subprocess.Popen(
                 self.command(),
                 cwd=self.directory,
@@ -177,6 +184,7 @@ class RedisServerProcess:
                 stdout=subprocess.DEVNULL,
                 stderr=errors,
                 start_new_session=True,
+                umask=0o077,  # its AOF, RDB, log and socket: the owner's alone
             )
         try:
             self._wait_for_ping(self._proc, time.monotonic() + timeout)
@@ -264,8 +272,35 @@ def _socket_path(data_dir: Path) -> Path:
 
 
 def embedded_url(data_dir: Path) -> str:
-    """The URL producers use to reach the embedded server of ``data_dir``; starts nothing."""
-    return f"unix://{_socket_path(data_dir)}?db=0"
+    """The URL producers use to reach the embedded server of ``data_dir``; starts
+    nothing. An existing ``data_dir`` must be ours alone (``check_private``): a
+    producer must not hand its jobs to a socket another user put there."""
+    socket = _socket_path(data_dir)
+    if socket.parent.exists():
+        check_private(socket.parent)
+    return f"unix://{socket}?db=0"
+
+
+def check_private(directory: Path) -> None:
+    """Refuse a ``data_dir`` owned by another user, or open to group or others."""
+    try:
+        found = os.stat(directory)
+    except OSError as error:
+        raise JobmasterError(f"data_dir {directory}: cannot read it: {error}") from None
+    if not stat.S_ISDIR(found.st_mode):
+        raise JobmasterError(f"data_dir {directory} is not a directory")
+    if found.st_uid != os.geteuid():
+        raise JobmasterError(
+            f"data_dir {directory} belongs to uid {found.st_uid}, not to this user "
+            f"(uid {os.geteuid()}): its owner could read the jobs or swap redis.sock "
+            "for a server of their own; use a directory of your own"
+        )
+    if found.st_mode & 0o077:
+        raise JobmasterError(
+            f"data_dir {directory} is open to other users (mode "
+            f"{stat.S_IMODE(found.st_mode):03o}): they could read the jobs in its "
+            f"append-only file; run `chmod 700 {directory}` (and check what is in it)"
+        )
 
 
 def _answers_ping(socket: Path) -> bool:
@@ -323,6 +358,7 @@ class EmbeddedRedis:
     def start(self, timeout: float = 30.0) -> None:
         """Start the server, refusing if another process already serves the socket."""
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_private(self.data_dir)  # an existing one may be anyone's, with any mode
         with _start_lock(self.data_dir):
             self._clear_socket()
             if self._server.binary is None:

@@ -172,3 +172,9 @@ class Keys:
     def chain(self, cid: str) -> str:
         """Hash of one chain: steps, done, state, the current step's jid."""
         return f"{self.prefix}chain:{cid}"
+
+    # -- the web dashboard ----------------------------------------------
+    def web_session(self, sid: str) -> str:
+        """A logged-in dashboard session, with the cookie's own lifetime as TTL:
+        the signed cookie counts only while this exists (logout deletes it)."""
+        return f"{self.prefix}web_session:{sid}"

@@ -532,6 +532,51 @@ redis.call('HSETNX', KEYS[1], 'cancelled', ARGV[1])
 return 1
 """
 
+# PEEK: read a page of a sorted set with each member cut to its first
+# ARGV[6] bytes, and its full length: a forged 100 MB entry costs a listing
+# (the CLI, the dashboard) that many bytes, not the entry (records.py).
+# Read-only. The member is still copied into Lua, in Redis, for a moment.
+# KEYS[1] the sorted set
+# ARGV[1] min, ARGV[2] max (ranks; scores with BYSCORE), ARGV[3] "BYSCORE" or
+# "", ARGV[4] "REV" or "", ARGV[5] LIMIT count (BYSCORE only), ARGV[6] bytes
+# kept; with BYSCORE, ARGV[7] LIMIT offset
+# Returns {member's first bytes, its length, score, ...} in ZRANGE's order.
+PEEK = """
+local args = {KEYS[1], ARGV[1], ARGV[2]}
+if ARGV[3] ~= '' then args[#args + 1] = ARGV[3] end
+if ARGV[4] ~= '' then args[#args + 1] = ARGV[4] end
+if ARGV[3] ~= '' then
+  args[#args + 1] = 'LIMIT'
+  args[#args + 1] = ARGV[7]
+  args[#args + 1] = ARGV[5]
+end
+args[#args + 1] = 'WITHSCORES'
+local found = redis.call('ZRANGE', unpack(args))
+local keep = tonumber(ARGV[6])
+local out = {}
+for i = 1, #found, 2 do
+  out[#out + 1] = string.sub(found[i], 1, keep)
+  out[#out + 1] = #found[i]
+  out[#out + 1] = found[i + 1]
+end
+return out
+"""
+
+# PEEK_LIST: PEEK for a list (a queue): LRANGE with each entry cut to its
+# first ARGV[3] bytes, and its full length. Read-only.
+# KEYS[1] the list; ARGV[1] start, ARGV[2] stop (LRANGE's), ARGV[3] bytes kept
+# Returns {entry's first bytes, its length, ...} in LRANGE's order.
+PEEK_LIST = """
+local found = redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2])
+local keep = tonumber(ARGV[3])
+local out = {}
+for i = 1, #found do
+  out[#out + 1] = string.sub(found[i], 1, keep)
+  out[#out + 1] = #found[i]
+end
+return out
+"""
+
 
 # CONTROL_POP: take the oldest remote commands of one process's control list,
 # each cut to its first ARGV[2] bytes with its real length beside it, so a
@@ -615,3 +660,5 @@ class Scripts:
         self.unlock = client.register_script(UNLOCK)
         self.control_pop = client.register_script(CONTROL_POP)
         self.queue_ends = client.register_script(QUEUE_ENDS)
+        self.peek = client.register_script(PEEK)
+        self.peek_list = client.register_script(PEEK_LIST)

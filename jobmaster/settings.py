@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from jobmaster.redis_target import split_address
 
@@ -61,21 +61,21 @@ def mask_url(url: str) -> str:
     """Return ``url`` with its password replaced by ``***``.
 
     Error messages and logs echo Redis URLs; a password pasted into a CI log
-    or a bug report is a leaked password.
+    or a bug report is a leaked password. ``urlsplit`` is not trusted here: a
+    password with an unencoded ``#``, ``/``, ``?`` or ``@`` makes it see no
+    password at all (``#`` starts a fragment, ``/`` ends the netloc), and the
+    URL was printed whole. So the userinfo is everything up to the *last*
+    ``@`` (too much is masked when the query holds an ``@``, never too
+    little), and the query runs to the end (a Redis URL has no fragment).
     """
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # an unparseable URL may still hold a secret: show none of it
-        return "<unparseable URL>"
-    if password:
-        userinfo, _, hostinfo = parts.netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        url = urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+    scheme, slashes, rest = url.partition("://")
+    if slashes:
+        userinfo, at, hostinfo = rest.rpartition("@")
+        if at and ":" in userinfo:
+            rest = f"{userinfo.partition(':')[0]}:***@{hostinfo}"
     # redis-py also reads a password from the query string: ``?password=...``.
-    address, mark, rest = url.partition("?")
-    query, hash_mark, fragment = rest.partition("#")
-    return address + mark + _mask_query(query) + hash_mark + fragment
+    address, mark, query = rest.partition("?")
+    return scheme + slashes + address + mark + _mask_query(query)
 
 
 def _mask_query(query: str) -> str:
@@ -368,7 +368,49 @@ def host(value: object) -> str:
     raise ValueError(f'must be a host name or an IP address such as "127.0.0.1", {_got(value)}')
 
 
+def host_names(value: object) -> list[str]:
+    """Names a Host header may give: ``jobs.example.com``, an IP address,
+    ``*.example.com`` (a domain's names) or ``*`` (any: the check is off)."""
+    names = _items(value, "host names")
+    for name in names:
+        bare = name[2:] if name.startswith("*.") else name
+        if name != "*" and not re.fullmatch(r"\[?[A-Za-z0-9_.:%-]+\]?", bare):
+            raise ValueError(f'must be host names such as "jobs.example.com", got {name!r}')
+    return names
+
+
 MIN_SECRET_LENGTH = 16
+MIN_PASSWORD_LENGTH = 12  # web_password: typed by people, throttled (web/throttle.py)
+
+
+def web_password(value: object) -> str:
+    """A password of at least ``MIN_PASSWORD_LENGTH`` characters, or none."""
+    text = secret(value)
+    if text and len(text) < MIN_PASSWORD_LENGTH:
+        raise ValueError(f"must be at least {MIN_PASSWORD_LENGTH} characters, has {len(text)}")
+    return text
+
+
+def web_token(value: object) -> str:
+    """``"auto"``, a token of at least ``MIN_SECRET_LENGTH`` characters, or none."""
+    text = secret(value)
+    if text.strip().lower() == "auto":
+        return "auto"
+    if text and len(text) < MIN_SECRET_LENGTH:
+        raise ValueError(
+            f'must be "auto" or at least {MIN_SECRET_LENGTH} random characters, has {len(text)}'
+        )
+    return text
+
+
+def cookie_secure(value: object) -> str:
+    """``"auto"``, or true or false, stored as ``"true"``/``"false"``."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return "true" if boolean(value) else "false"
+    except ValueError:
+        raise ValueError(f'must be "auto", true or false, {_got(value)}') from None
 
 
 def secret_keys(value: object) -> list[str]:
@@ -686,8 +728,8 @@ _ALL = [
         name="web_password",
         default="",
         help="Password of the web dashboard (`jobmaster web`): required to listen on "
-        "anything but loopback. Never shown.",
-        parse=secret,
+        "anything but loopback; at least 12 characters. Never shown.",
+        parse=web_password,
         env="JOBMASTER_WEB_PASSWORD",
         default_doc="none",
     ),
@@ -695,10 +737,29 @@ _ALL = [
         name="web_token",
         default="",
         help="Token for scripts reaching the web dashboard (`Authorization: Bearer TOKEN`); "
-        "it also opens the login page. Never shown.",
-        parse=secret,
+        'it also opens the login page. "auto": a random one, printed at start in a link '
+        "that logs in (for hosts with other users); else at least 16 characters. "
+        "Never shown otherwise.",
+        parse=web_token,
         env="JOBMASTER_WEB_TOKEN",
         default_doc="none",
+    ),
+    Setting(
+        name="web_hosts",
+        default=[],
+        help="Host names the web dashboard answers for, besides the address it listens on "
+        'and localhost (any other Host header: 400, against DNS rebinding); "*.example.com" '
+        'for a domain, "*" for any (when a proxy in front checks it).',
+        parse=host_names,
+        env="JOBMASTER_WEB_HOSTS",
+    ),
+    Setting(
+        name="web_cookie_secure",
+        default="auto",
+        help='Mark the dashboard\'s session cookie Secure (HTTPS only): "auto" does when '
+        "the request came over HTTPS (TLS, or a trusted proxy's X-Forwarded-Proto).",
+        parse=cookie_secure,
+        env="JOBMASTER_WEB_COOKIE_SECURE",
     ),
 ]
 

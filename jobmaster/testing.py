@@ -63,7 +63,8 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
         job = registry.lookup(payload["job"])
         if job is None:
             raise LookupError(f"no job registered as {payload['job']!r}")
-        args, kwargs = crypto.arguments(payload)  # an encrypt=True job's, opened
+        # An encrypt=True job's, opened; refused in clear, as a worker refuses it.
+        args, kwargs = crypto.arguments(payload, sealed=job.job_options.encrypt)
         job.func(*args, **kwargs)
         ran += 1
 

@@ -9,6 +9,7 @@ supervisor side, so a web dashboard can use it without the app's jobs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
@@ -76,12 +77,31 @@ def texts(values: Iterable[Any]) -> list[str]:
     return sorted(text(v) for v in values)
 
 
+# The last second of year 9999: the latest unix time datetime (so every
+# formatter of the CLI and the dashboard) can show.
+LATEST = 253_402_300_799.0
+
+
 def number(value: Any, default: float = 0.0) -> float:
-    """A counter or hash field as a float (missing or unreadable: ``default``)."""
+    """A counter or hash field as a finite float (missing, unreadable, NaN or
+    infinite: ``default``).
+
+    Every number the operator API reads from Redis for display goes through
+    here (or ``moment``): anyone who can write to Redis can set ``inf`` or
+    ``nan``, and ``int()`` of either, or a date of it, raises (SPEC §8).
+    """
     try:
-        return float(cast(Any, value)) if value is not None else default
-    except (TypeError, ValueError):
+        found = float(cast(Any, value)) if value is not None else default
+    except (TypeError, ValueError, OverflowError):
         return default
+    return found if math.isfinite(found) else default
+
+
+def moment(value: Any) -> float | None:
+    """A unix time read from Redis, or None when unknown: unreadable, not
+    finite, or outside the years 1970-9999 that dates can be shown for."""
+    found = number(value, -1.0)
+    return found if 0.0 <= found <= LATEST else None
 
 
 def glob_escape(value: str) -> str:

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jobmaster.api.base import Backend, Connection, number, text
+from jobmaster.api.base import Backend, Connection, moment, number, text
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,8 @@ def _info(bid: str, raw: dict[str, Any], failed: int) -> BatchInfo | None:
     def count(name: str) -> int:
         return int(number(raw[name]))
 
-    def moment(name: str) -> float | None:
-        return number(raw[name]) if raw[name] is not None else None
+    def at(name: str) -> float | None:
+        return moment(raw[name])
 
     return BatchInfo(
         bid=bid,
@@ -129,9 +129,9 @@ def _info(bid: str, raw: dict[str, Any], failed: int) -> BatchInfo | None:
         dead=count("dead"),
         skipped=count("skipped"),
         cancelled=raw["cancelled"] is not None,
-        created_at=number(raw["created_at"]),
+        created_at=moment(raw["created_at"]) or 0.0,
         complete=raw["complete_at"] is not None,
         success=raw["success_at"] is not None,
-        complete_at=moment("complete_at"),
-        success_at=moment("success_at"),
+        complete_at=at("complete_at"),
+        success_at=at("success_at"),
     )

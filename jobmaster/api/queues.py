@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 from jobmaster.api.base import PAGE, Backend, Connection, as_bytes, texts
-from jobmaster.api.records import JobRecord
+from jobmaster.api.records import PEEK_BYTES, JobRecord
 from jobmaster.connection import byte_list
 
 
@@ -47,9 +47,19 @@ class Queue:
         return int(self.backend.redis.llen(self.key))
 
     def latency(self, now: float | None = None) -> float:
-        """Age in seconds of the oldest job (0 when empty or unreadable)."""
-        oldest = self.backend.redis.lindex(self.key, -1)
-        return JobRecord.parse(oldest).latency(now or time.time()) if oldest is not None else 0.0
+        """Age in seconds of the oldest job (0 when empty, unreadable or too long)."""
+        oldest = self.peek(-1, -1)
+        return oldest[0].latency(now or time.time()) if oldest else 0.0
+
+    def peek(self, start: int, stop: int, client: Any = None) -> list[JobRecord]:
+        """LRANGE's jobs, each read to ``PEEK_BYTES`` only (scripts.PEEK_LIST): a
+        forged 100 MB job is not fetched whole to list a page or a latency.
+        ``client``: a pipeline to queue the call on (then the reply is
+        ``records_of`` the pipeline's result)."""
+        reply = self.backend.scripts.peek_list(
+            keys=[self.key], args=[start, stop, PEEK_BYTES], client=client
+        )
+        return records_of(reply) if client is None else []
 
     def __iter__(self) -> Iterator[JobRecord]:
         """Every entry, newest first, read a page at a time."""
@@ -68,14 +78,16 @@ class Queue:
         """``count`` jobs from position ``start``, newest first (one LRANGE)."""
         if count <= 0 or start < 0:
             return []
-        entries = byte_list(self.backend.redis.lrange(self.key, start, start + count - 1))
-        return [JobRecord.parse(raw) for raw in map(as_bytes, entries)]
+        return self.peek(start, start + count - 1)
 
     def find(self, jid: str) -> JobRecord | None:
         return next((record for record in self if record.jid == jid), None)
 
     def delete(self, record: JobRecord | str) -> bool:
-        """Remove one job (a record, or a jid); False if it was no longer queued."""
+        """Remove one job (a record, or a jid); False if it was no longer queued.
+        A record read only in part is found whole again by its jid first."""
+        if isinstance(record, JobRecord) and record.truncated:
+            record = record.jid or ""
         found = self.find(record) if isinstance(record, str) else record
         if found is None:
             return False
@@ -114,3 +126,8 @@ class Queue:
 
     def is_paused(self) -> bool:
         return bool(self.backend.redis.sismember(self.backend.keys.paused, self.name))
+
+
+def records_of(reply: Any) -> list[JobRecord]:
+    """PEEK_LIST's reply as records (first bytes, full length, ...)."""
+    return [JobRecord.parse(as_bytes(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from jobmaster import payload as wire
 from jobmaster.api.base import PAGE, Backend, Connection, glob_escape
-from jobmaster.api.records import SortedEntry
+from jobmaster.api.records import PEEK_BYTES, SortedEntry
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import JobmasterError
 from jobmaster.recovery import Recovery
@@ -65,18 +65,36 @@ class JobSet:
         cursor: float | str = "-inf"
         offset = 0
         while True:
-            reply = self.backend.redis.zrangebyscore(
-                self.key, cursor, "+inf", start=offset, num=PAGE, withscores=True
-            )
-            page = cast(list[tuple[bytes, float]], reply)
-            for member, score in page:
-                yield SortedEntry.from_member(member, score)
+            page = self._peek(cursor, "+inf", by_score=True, offset=offset, count=PAGE)
+            yield from page
             if len(page) < PAGE:
                 return
-            last = float(page[-1][1])
-            same = sum(1 for _, score in page if float(score) == last)
+            last = page[-1].score
+            same = sum(1 for entry in page if entry.score == last)
             offset = offset + same if cursor == last else same
             cursor = last
+
+    def _peek(
+        self,
+        low: float | str,
+        high: float | str,
+        *,
+        by_score: bool = False,
+        newest_first: bool = False,
+        offset: int = 0,
+        count: int = 0,
+    ) -> list[SortedEntry]:
+        """Entries with each member cut to ``PEEK_BYTES`` (scripts.PEEK): a
+        listing never reads a forged 100 MB member whole. Such an entry is
+        ``truncated``; deleting or moving it finds it again by jid first."""
+        if newest_first and by_score:
+            low, high = high, low  # ZRANGE ... BYSCORE REV takes max first
+        args = [low, high, "BYSCORE" if by_score else "", "REV" if newest_first else ""]
+        reply = self.backend.scripts.peek(keys=[self.key], args=[*args, count, PEEK_BYTES, offset])
+        return [
+            SortedEntry.from_member(reply[i], float(reply[i + 2]), int(reply[i + 1]))
+            for i in range(0, len(reply), 3)
+        ]
 
     def filter(self, job: str | None = None, error: str | None = None) -> Iterator[SortedEntry]:
         """Entries of job ``job`` and/or error class ``error``."""
@@ -87,10 +105,7 @@ class JobSet:
         ``newest_first``): one ZRANGE, for a dashboard's pages."""
         if count <= 0 or start < 0:
             return []
-        reply = self.backend.redis.zrange(
-            self.key, start, start + count - 1, desc=newest_first, withscores=True
-        )
-        return [SortedEntry.from_member(m, s) for m, s in cast(list[tuple[bytes, float]], reply)]
+        return self._peek(start, start + count - 1, newest_first=newest_first)
 
     def search(self, text: str, *, newest_first: bool = False) -> Iterator[SortedEntry]:
         """Entries whose job name, error class or error message contains ``text``
@@ -112,7 +127,13 @@ class JobSet:
         return None
 
     def _entry(self, entry: SortedEntry | str) -> SortedEntry | None:
-        return self.find(entry) if isinstance(entry, str) else entry
+        """The entry whole: by jid, or again by its jid when only its first
+        bytes were read (a truncated one without a jid cannot be found)."""
+        if isinstance(entry, str):
+            return self.find(entry)
+        if entry.truncated:
+            return self.find(entry.jid) if entry.jid else None
+        return entry
 
     # -- retry: back to its queue ---------------------------------------
     def retry(self, entry: SortedEntry | str) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from jobmaster.api.base import Backend, Connection, number, texts
 from jobmaster.api.info import redis_info
-from jobmaster.api.records import JobRecord
+from jobmaster.api.queues import Queue, records_of
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,9 @@ class Stats:
         pipe = redis.pipeline(transaction=False)
         for name in queues:
             pipe.llen(keys.queue(name))
-            pipe.lindex(keys.queue(name), -1)
+            # The oldest job, read to PEEK_BYTES only: a forged 100 MB job at a
+            # queue's tail is not fetched at every refresh of the front page.
+            Queue(name, self.backend).peek(-1, -1, client=pipe)
         for identity in worker_ids:
             pipe.hget(keys.heartbeat(identity), "busy")
             pipe.exists(keys.heartbeat(identity))
@@ -100,8 +102,8 @@ class Stats:
         self.scheduled_size, self.retry_size, self.dead_size = int(scheduled), int(retry), int(dead)
         self.queues = []
         for i, name in enumerate(queues):
-            size, oldest = replies[2 * i], replies[2 * i + 1]
-            latency = JobRecord.parse(oldest).latency(now) if oldest is not None else 0.0
+            size, oldest = replies[2 * i], records_of(replies[2 * i + 1])
+            latency = oldest[0].latency(now) if oldest else 0.0
             self.queues.append(QueueStats(name, int(size), latency, name in paused_names))
         beats = replies[2 * len(queues) : 2 * len(queues) + 2 * len(worker_ids)]
         self.busy = sum(int(number(busy)) for busy in beats[0::2])

@@ -8,7 +8,7 @@ import click
 
 from jobmaster.api import BatchInfo, BatchSet
 from jobmaster.commands.common import command_options, confirm, json_option, target, yes_option
-from jobmaster.commands.output import clip, echo_json, relative, table, timestamp
+from jobmaster.commands.output import clip, echo, echo_json, relative, table, timestamp
 from jobmaster.errors import JobmasterError
 
 
@@ -58,7 +58,7 @@ def batches_list(
     if as_json:
         echo_json([b.as_dict() for b in batches])
     else:
-        click.echo(batch_table(batches, time.time()))
+        echo(batch_table(batches, time.time()))
 
 
 @batches_group.command(name="show")
@@ -90,7 +90,7 @@ def batches_show(
         ("success", timestamp(info.success_at, now)),
     ]
     for name, value in lines:
-        click.echo(f"{name + ':':<13}{value}")
+        echo(f"{name + ':':<13}{value}")
 
 
 @batches_group.command(name="cancel")
@@ -110,4 +110,4 @@ def batches_cancel(
         info = found(batches, bid)
         confirm(f"Cancel batch {bid} ({info.pending} job(s) pending)?", yes)
         batches.cancel(bid)
-    click.echo(f"{bid}: cancelled; its jobs not yet started will be skipped")
+    echo(f"{bid}: cancelled; its jobs not yet started will be skipped")

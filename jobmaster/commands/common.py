@@ -18,6 +18,7 @@ import redis
 
 from jobmaster.cli import config_options, load, reports_errors
 from jobmaster.client import Client
+from jobmaster.commands.output import safe
 from jobmaster.config import Config
 from jobmaster.connection import describe_error
 from jobmaster.deadset import DeadSetLimits
@@ -71,4 +72,4 @@ def target(config_file: str | None, redis_url: str | None) -> Iterator[Target]:
 def confirm(question: str, yes: bool) -> None:
     """Ask before destroying jobs; ``--yes`` for scripts. No answer (EOF) aborts, exit 1."""
     if not yes:
-        click.confirm(question, abort=True)
+        click.confirm(safe(question), abort=True)

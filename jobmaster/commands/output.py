@@ -3,25 +3,53 @@
 Tables are for people (columns padded to the widest cell, long text
 clipped); ``--json`` prints the same data whole, with unix times, for
 scripts. Nothing here talks to Redis.
+
+Everything a command prints goes through ``echo``: job names, errors and
+arguments come from Redis, where anyone who can write may plant terminal
+escapes (an OSC 52 sequence sets the operator's clipboard, a CR hides the
+start of a line); ``safe`` shows them as ``\x1b`` instead of sending them.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import click
 
+from jobmaster.api.base import moment
+
 CLIP = 60  # characters of free text (errors, raw payloads) a table cell shows
+
+# Characters a terminal acts on rather than shows: C0 but newline and tab, DEL,
+# C1 (0x9b alone starts a CSI sequence), the Unicode line separators and the
+# bidirectional overrides (which reorder what the operator reads).
+_CONTROLS = [*range(0x20), 0x7F, *range(0x80, 0xA0)]
+_ESCAPES = {c: f"\\x{c:02x}" for c in _CONTROLS if chr(c) not in "\n\t"}
+_ESCAPES |= {c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202F))}
+_ESCAPES |= {c: f"\\u{c:04x}" for c in range(0x2066, 0x206A)}
+
+
+def safe(text: str) -> str:
+    """``text`` with every control character but newline and tab written out
+    (ESC as ``\\x1b``): nothing read from Redis can drive the terminal."""
+    return text.translate(_ESCAPES)
+
+
+def echo(text: str = "", err: bool = False) -> None:
+    """Print one message or table, control characters escaped (see ``safe``)."""
+    click.echo(safe(text), err=err)
 
 
 def table(
     headers: Sequence[str], rows: Iterable[Sequence[object]], right: Collection[int] = ()
 ) -> str:
     """Columns padded to their widest cell; the columns in ``right`` (numbers) right-aligned."""
-    cells = [[str(h) for h in headers], *([str(c) for c in row] for row in rows)]
+    # Escaped before measuring, so a cell's escapes keep the columns aligned.
+    cells = [[str(h) for h in headers], *([safe(str(c)) for c in row] for row in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
@@ -34,7 +62,7 @@ def table(
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
+    echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 def clip(text: str | None, width: int = CLIP) -> str:
@@ -48,7 +76,10 @@ def clip(text: str | None, width: int = CLIP) -> str:
 def duration(seconds: float, between: str = "") -> str:
     """``45s``, ``3m05s``, ``2h03m``, ``4d02h``: two units are enough to read at a glance.
 
-    ``between`` goes between the two units (the dashboard writes ``3m 05s``)."""
+    ``between`` goes between the two units (the dashboard writes ``3m 05s``);
+    ``-`` for a span that is not finite (a forged time in Redis)."""
+    if not math.isfinite(seconds):
+        return "-"
     whole = max(0, int(seconds))
     days, rest = divmod(whole, 86400)
     hours, rest = divmod(rest, 3600)
@@ -70,7 +101,9 @@ def relative(at: float | None, now: float) -> str:
 
 
 def timestamp(at: float | None, now: float) -> str:
-    """Local time and how far off: ``2026-11-29 14:03:00 (3m05s ago)``."""
+    """Local time and how far off: ``2026-11-29 14:03:00 (3m05s ago)``; ``-``
+    when unknown, or when no date can be shown for it (see ``api.base.moment``)."""
+    at = moment(at)
     if not at:
         return "-"
     local = datetime.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")

@@ -16,7 +16,7 @@ import click
 
 from jobmaster.api import Process, ProcessSet
 from jobmaster.commands.common import command_options, json_option, target
-from jobmaster.commands.output import duration, echo_json, plural, table, yes_no
+from jobmaster.commands.output import duration, echo, echo_json, plural, table, yes_no
 from jobmaster.errors import JobmasterError
 
 EFFECT = {
@@ -91,11 +91,11 @@ def ps_command(as_json: bool, config_file: str | None, redis_url: str | None, de
         echo_json([process_json(p) for p in processes])
         return
     if not processes:
-        click.echo("no live jobmaster processes")
+        echo("no live jobmaster processes")
         return
     headers = ("HOST", "PID", "ROLE", "QUEUES", "BUSY", "MEMORY", "STARTED", "QUIET", "IDENTITY")
     now = time.time()
-    click.echo(table(headers, (as_row(p, now) for p in processes), right=(1, 4, 5, 6)))
+    echo(table(headers, (as_row(p, now) for p in processes), right=(1, 4, 5, 6)))
 
 
 @click.group(name="ctl")
@@ -130,13 +130,13 @@ def control_command(command: str) -> click.Command:
                     raise JobmasterError(
                         f"no live process {identity!r} (gone, or never was: see `jobmaster ps`)"
                     )
-                click.echo(f"{command}: sent to {identity}")
+                echo(f"{command}: sent to {identity}")
                 return
             told = processes.send_all(command)
         if told:
-            click.echo(f"{command}: sent to {plural(told, 'process', 'processes')}")
+            echo(f"{command}: sent to {plural(told, 'process', 'processes')}")
         else:
-            click.echo(f"{command}: no live master or worker, nothing sent")
+            echo(f"{command}: no live master or worker, nothing sent")
 
     return control
 

@@ -27,7 +27,7 @@ from jobmaster.commands.common import (
     target,
     yes_option,
 )
-from jobmaster.commands.output import clip, echo_json, plural, relative, table, timestamp
+from jobmaster.commands.output import clip, echo, echo_json, plural, relative, table, timestamp
 from jobmaster.errors import JobmasterError
 
 DEFAULT_LIMIT = 50
@@ -58,6 +58,8 @@ KINDS = (
 
 
 def error_text(entry: SortedEntry) -> str | None:
+    if entry.payload is None and entry.oversized:
+        return f"too long to read: {entry.length:,} bytes"
     if entry.payload is None:
         return f"not a payload: {entry.text}"
     if entry.error_class:
@@ -78,7 +80,8 @@ def entry_json(entry: SortedEntry) -> dict[str, Any]:
         "runnable": entry.runnable,
         **entry.as_dict(),
     }
-    data.pop("score")  # the same as "at"
+    if entry.at == entry.score:
+        data.pop("score")  # the same as "at"; kept when no date can be shown for it
     return data
 
 
@@ -151,13 +154,13 @@ def list_command(kind: SetKind) -> click.Command:
             echo_json([entry_json(e) for e in entries])
             return
         if not entries:
-            click.echo(f"nothing in {kind.title}" + (" matches" if job or error else ""))
+            echo(f"nothing in {kind.title}" + (" matches" if job or error else ""))
             return
         now = time.time()
         headers = ("JID", "JOB", "QUEUE", "ERROR", kind.when, "RETRIES")
-        click.echo(table(headers, (entry_row(e, now) for e in entries), right=(5,)))
+        echo(table(headers, (entry_row(e, now) for e in entries), right=(5,)))
         if more:
-            click.echo(f"(first {limit} shown: --limit 0 for all)")
+            echo(f"(first {limit} shown: --limit 0 for all)")
 
     return list_entries
 
@@ -180,7 +183,7 @@ def show_command(kind: SetKind) -> click.Command:
         if as_json:
             echo_json(entry_json(entry))
         else:
-            click.echo(describe(entry, kind))
+            echo(describe(entry, kind))
 
     return show
 
@@ -209,7 +212,7 @@ def selection_command(name: str, help_text: str, action: SelectionAction) -> Cal
             check_selector(jid, job, error, everyone)
             with target(config_file, redis_url) as t:
                 line = action(kind, kind.open(t), jid, job, error)
-            click.echo(line)
+            echo(line)
 
         return command
 
@@ -294,11 +297,11 @@ def clear_command(kind: SetKind) -> click.Command:
             jobs = kind.open(t)
             size = jobs.size()
             if not size:
-                click.echo(f"{kind.title} is already empty")
+                echo(f"{kind.title} is already empty")
                 return
             confirm(f"Delete all {plural(size, 'entry', 'entries')} of {kind.title}?", yes)
             deleted = jobs.clear()
-        click.echo(f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}")
+        echo(f"deleted {plural(deleted, 'entry', 'entries')} of {kind.title}")
 
     return clear
 

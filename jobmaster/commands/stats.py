@@ -12,7 +12,7 @@ import click
 
 from jobmaster.api import Queue, QueueStats, Stats
 from jobmaster.commands.common import command_options, confirm, json_option, target, yes_option
-from jobmaster.commands.output import duration, echo_json, plural, table, yes_no
+from jobmaster.commands.output import duration, echo, echo_json, plural, table, yes_no
 
 
 def queue_table(queues: list[QueueStats]) -> str:
@@ -38,8 +38,8 @@ def stats_command(
     if as_json:
         echo_json(stats.as_dict())
         return
-    click.echo(queue_table(stats.queues))
-    click.echo()
+    echo(queue_table(stats.queues))
+    echo()
     lines = [
         (
             "busy",
@@ -54,7 +54,7 @@ def stats_command(
         ("failed", f"{stats.failed_today} today (UTC), {stats.failed} total"),
     ]
     for name, value in lines:
-        click.echo(f"{name + ':':<11}{value}")
+        echo(f"{name + ':':<11}{value}")
 
 
 @click.group(name="queue")
@@ -72,7 +72,7 @@ def queue_list(as_json: bool, config_file: str | None, redis_url: str | None, de
     if as_json:
         echo_json([asdict(q) for q in queues])
     else:
-        click.echo(queue_table(queues))
+        echo(queue_table(queues))
 
 
 @queue_group.command(name="pause")
@@ -82,7 +82,7 @@ def queue_pause(name: str, config_file: str | None, redis_url: str | None, debug
     """Workers stop taking NAME's jobs (running ones finish); its jobs stay queued."""
     with target(config_file, redis_url) as t:
         Queue(name, t.client).pause()
-    click.echo(f"{name}: paused (`jobmaster queue resume {name}` to resume)")
+    echo(f"{name}: paused (`jobmaster queue resume {name}` to resume)")
 
 
 @queue_group.command(name="resume")
@@ -92,7 +92,7 @@ def queue_resume(name: str, config_file: str | None, redis_url: str | None, debu
     """Workers take NAME's jobs again (idle ones are woken at once)."""
     with target(config_file, redis_url) as t:
         Queue(name, t.client).resume()
-    click.echo(f"{name}: resumed")
+    echo(f"{name}: resumed")
 
 
 @queue_group.command(name="clear")
@@ -107,8 +107,8 @@ def queue_clear(
         queue = Queue(name, t.client)
         size = queue.size()
         if not size:
-            click.echo(f"{name}: already empty")
+            echo(f"{name}: already empty")
             return
         confirm(f"Delete the {plural(size, 'job')} waiting in queue {name}?", yes)
         deleted = queue.clear()
-    click.echo(f"{name}: deleted {plural(deleted, 'job')}")
+    echo(f"{name}: deleted {plural(deleted, 'job')}")

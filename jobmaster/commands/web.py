@@ -14,6 +14,7 @@ import click
 
 from jobmaster.cli import load
 from jobmaster.commands.common import command_options
+from jobmaster.commands.output import echo
 from jobmaster.config import Config
 from jobmaster.errors import ConfigError
 
@@ -63,9 +64,21 @@ def web_command(
         import uvicorn
 
         from jobmaster.web import create_app
+        from jobmaster.web.auth import AUTO
+        from jobmaster.web.door import host_name
     except ImportError as error:
         raise ConfigError(
             f"the dashboard needs the web extra: pip install 'jobmaster[web]' ({error})"
         ) from None
-    click.echo(f"jobmaster web: http://{host}:{port}/ on Redis {config.redis_url_masked}")
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning")
+    app = create_app(config, listen=host)
+    where = f"http://{host_name(host)}:{port}/"
+    echo(f"jobmaster web: {where} on Redis {config.redis_url_masked}")
+    if config.web_token.strip().lower() == AUTO:
+        # As Jupyter does: the one way in, shown only to whoever started it.
+        echo(f"jobmaster web: log in with {where}?token={app.state.dashboard.guard.token}")
+    elif not (config.web_password or config.web_token):
+        echo(
+            "jobmaster web: no web_password or web_token: every local user of this "
+            'machine can use the dashboard (web_token = "auto" keeps them out)'
+        )
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,9 +1,11 @@
 """``create_app``: the dashboard as one Starlette app, to serve or to mount.
 
-Middleware, outermost first: security headers, then the signed session
-cookie (itsdangerous, via Starlette) that carries the login flag and the
-CSRF token. The session key is random per app unless given: restarting the
-dashboard logs everyone out, which is fine for an operator's tool; run
+Middleware, outermost first: security headers, the Host check (only the
+names the dashboard is known by: DNS rebinding), the Origin check of every
+POST (door.py), then the signed session cookie (itsdangerous, via
+Starlette) that carries the login flag and the CSRF token. The session key
+is random per app unless given: restarting the dashboard logs everyone
+out, which is fine for an operator's tool; run
 several dashboard processes behind one address only with a shared
 ``session_secret``.
 """
@@ -15,18 +17,19 @@ import secrets
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from jobmaster.client import Client
 from jobmaster.config import Config, load_config
-from jobmaster.web.auth import Guard
+from jobmaster.web.auth import SESSION_SECONDS, Guard, Sessions, resolve_token
 from jobmaster.web.dashboard import Dashboard
-from jobmaster.web.headers import SecurityHeaders
+from jobmaster.web.door import OriginCheck, allowed_hosts
+from jobmaster.web.headers import SecureCookies, SecurityHeaders
 from jobmaster.web.views import batches, jobs, overview, periodic, processes, queues, session, sets
 
 SESSION_COOKIE = "jobmaster_web"
-SESSION_HOURS = 12
 
 
 def create_app(
@@ -34,18 +37,26 @@ def create_app(
     *,
     client: Client | None = None,
     session_secret: str | None = None,
+    listen: str | None = None,
 ) -> Starlette:
     """The dashboard for ``config`` (default: ``load_config()``: env and defaults).
 
     ``config`` gives the Redis (URL, credentials, TLS, Sentinel), the
-    namespace, the dead set's caps and ``web_password``/``web_token``;
-    ``client`` overrides the Redis connection (tests, or an app's own client).
+    namespace, the dead set's caps, ``web_password``/``web_token`` and
+    ``web_hosts``; ``client`` overrides the Redis connection (tests, or an
+    app's own client). ``listen``: the address served on, a name requests
+    may give in their Host header besides localhost and ``web_hosts`` (a
+    dashboard mounted in another app under its own domain lists that domain
+    in ``web_hosts``). With ``web_token = "auto"`` the token made is
+    ``app.state.dashboard.guard.token``.
     """
     config = config or load_config()
+    client = client or Client.from_config(config)
+    sessions = Sessions(client.redis, client.keys)
     board = Dashboard(
-        client=client or Client.from_config(config),
+        client=client,
         config=config,
-        guard=Guard(config.web_password, config.web_token),
+        guard=Guard(config.web_password, resolve_token(config.web_token), sessions),
     )
     routes: list[BaseRoute] = [
         *overview.ROUTES,
@@ -60,11 +71,14 @@ def create_app(
     ]
     middleware = [
         Middleware(SecurityHeaders),
+        Middleware(SecureCookies, mode=config.web_cookie_secure),
+        Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(listen, config.web_hosts)),
+        Middleware(OriginCheck),
         Middleware(
             SessionMiddleware,
             secret_key=session_secret or secrets.token_hex(32),
             session_cookie=SESSION_COOKIE,
-            max_age=SESSION_HOURS * 3600,
+            max_age=SESSION_SECONDS,
             same_site="strict",
         ),
     ]

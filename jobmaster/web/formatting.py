@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import time
 from typing import Any
 
+from jobmaster.api.base import moment as shown
+from jobmaster.api.records import SHOW_CHARS
 from jobmaster.commands.output import duration as cli_duration
 
 SHORT = 120  # characters of a job's arguments shown in a list row
 
 
 def when(moment: float | None) -> str:
-    """A unix time in UTC, to the second (the workers count days in UTC too)."""
+    """A unix time in UTC, to the second (the workers count days in UTC too);
+    ``-`` when unknown or out of the range a date can be shown for."""
+    moment = shown(moment)
     if moment is None:
         return "-"
     stamp = datetime.datetime.fromtimestamp(moment, datetime.timezone.utc)
@@ -26,7 +31,7 @@ def when(moment: float | None) -> str:
 
 def duration(seconds: float | None) -> str:
     """``42s``, ``3m 05s``, ``2h 01m``, ``4d 03h``."""
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):
         return "-"
     if abs(seconds) < 10 and abs(seconds) != int(abs(seconds)):
         return f"{abs(seconds):.1f}s"  # short jobs: a tenth of a second matters
@@ -35,7 +40,7 @@ def duration(seconds: float | None) -> str:
 
 def relative(moment: float | None, now: float | None = None) -> str:
     """``in 3m 05s`` or ``3m 05s ago``."""
-    if moment is None:
+    if moment is None or not math.isfinite(moment):
         return "-"
     delta = moment - (now or time.time())
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
@@ -49,7 +54,10 @@ def arguments(args: list[Any], kwargs: dict[str, Any] | None = None) -> str:
 
 
 def record_arguments(record: Any) -> str:
-    """A JobRecord's args and kwargs (garbage: its raw text)."""
+    """A JobRecord's args and kwargs (garbage: its raw text; one too long to
+    read: its size)."""
+    if record.payload is None and record.oversized:
+        return f"(too long to show: {record.length:,} bytes)"
     if record.payload is None:
         return str(record.text)
     return arguments(record.args, record.kwargs)
@@ -60,8 +68,12 @@ def shorten(value: str, limit: int = SHORT) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A payload or an argument list, indented, for a job's details."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    """A payload or an argument list, indented, for a job's details; cut to
+    ``SHOW_CHARS`` (a 1 MB payload is not sent whole to the browser)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) <= SHOW_CHARS:
+        return text
+    return text[:SHOW_CHARS] + f"\n… (truncated: {len(text):,} characters in all)"
 
 
 def megabytes(value: float | None) -> str:

@@ -36,3 +36,32 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class SecureCookies:
+    """Mark the session cookie ``Secure`` (sent over HTTPS only), as
+    ``web_cookie_secure`` says: ``"true"``, ``"false"``, or ``"auto"``: when
+    the request came over HTTPS (TLS, or a proxy's ``X-Forwarded-Proto`` that
+    uvicorn trusts), so a cookie set behind HTTPS never travels in clear
+    while plain-HTTP loopback use keeps working."""
+
+    def __init__(self, app: ASGIApp, mode: str = "auto") -> None:
+        self.app, self.mode = app, mode
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        secure = self.mode == "true" or (self.mode == "auto" and scope.get("scheme") == "https")
+        if scope["type"] != "http" or not secure:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_secure(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    (name, value + b"; secure")
+                    if name.lower() == b"set-cookie" and b"; secure" not in value.lower()
+                    else (name, value)
+                    for name, value in message.get("headers", [])
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_secure)

@@ -47,9 +47,22 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         "csrf_token": csrf.token(request.session),
         "flash": request.session.pop(FLASH, None),
         "login_required": board.guard.required,
-        "redis": board.config.redis_url_masked,
+        # Where Redis is (host, port, user) is for logged-in eyes only.
+        "redis": board.config.redis_url_masked if _allowed(request) else "",
     }
     return board.templates.TemplateResponse(request, template, context, status_code=status_code)
+
+
+def _allowed(request: Request) -> bool:
+    """Whether this request got past the guard (``page`` and ``action`` record it)."""
+    return not dashboard(request).guard.required or getattr(request.state, "allowed", False)
+
+
+async def _let_in(request: Request) -> bool:
+    """The guard's verdict (it reads Redis: in a thread), recorded for ``render``."""
+    allowed = await run_in_threadpool(dashboard(request).guard.allows, request)
+    request.state.allowed = allowed
+    return allowed
 
 
 def _login_redirect(request: Request) -> Response:
@@ -58,9 +71,21 @@ def _login_redirect(request: Request) -> Response:
     return RedirectResponse(to(request, "/login", next=request.url.path), status_code=303)
 
 
+def _token_login(request: Request) -> Response:
+    """The link ``jobmaster web`` prints (``?token=``): log in, then the same page
+    without the token, so it stays out of the history and the Referer."""
+    dashboard(request).guard.log_in(request)
+    params = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    query = f"?{urlencode(params)}" if params else ""
+    return RedirectResponse(request.url.path + query, status_code=303)
+
+
 def page(path: str, handler: PageHandler, name: str | None = None) -> Route:
     async def endpoint(request: Request) -> Response:
-        if not dashboard(request).guard.allows(request):
+        if not await _let_in(request):
+            link = request.query_params.get("token")
+            if dashboard(request).guard.accepts_token(request, link):
+                return await run_in_threadpool(_token_login, request)
             return _login_redirect(request)
         return await run_in_threadpool(handler, request)
 
@@ -69,7 +94,7 @@ def page(path: str, handler: PageHandler, name: str | None = None) -> Route:
 
 def action(path: str, handler: ActionHandler, name: str | None = None) -> Route:
     async def endpoint(request: Request) -> Response:
-        if not dashboard(request).guard.allows(request):
+        if not await _let_in(request):
             return _login_redirect(request)
         form = await request.form()
         submitted = form.get(csrf.FIELD) or request.headers.get(csrf.HEADER)

@@ -81,7 +81,6 @@ def _run(
 ) -> Outcome:
     try:
         payload = wire.decode(unit.raw)
-        arguments = crypto.arguments(payload)  # opened if sealed; a DecryptError is a BadPayload
     except wire.BadPayload as error:
         return _buried(unit, str(error))
     context = {"jid": payload["jid"], "job": payload["job"], "queue": unit.queue}
@@ -91,6 +90,10 @@ def _run(
     job = registry.lookup(payload["job"])
     if job is None:
         return _buried(unit, f"no job registered as {payload['job']!r}")
+    try:  # opened if sealed; refused in clear for an encrypt=True job (a BadPayload)
+        arguments = crypto.arguments(payload, sealed=job.job_options.encrypt)
+    except wire.BadPayload as error:
+        return _buried(unit, str(error))
     chain = [*hooks.installed(), *job.job_options.middleware]
     around = None
     if chain and ctx is not None:

@@ -175,7 +175,7 @@ def test_second_embedded_on_same_data_dir_refuses(embedded: EmbeddedRedis) -> No
 
 def test_stale_socket_file_is_removed(short_tmp_dir: Path) -> None:
     data_dir = short_tmp_dir / "data"
-    data_dir.mkdir()
+    data_dir.mkdir(mode=0o700)  # ours alone, as a data_dir must be
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(str(data_dir / "redis.sock"))
     stale.close()  # the file stays, nobody listens: a server killed with -9

@@ -151,7 +151,8 @@ def test_a_counter_that_is_not_a_number_neither_loses_the_job_nor_stops_the_coun
     store.set(K.stat("processed"), "x")
     store.set(K.stat("failed"), "not a number either")
     running_worker(make_config(concurrency=1))
-    jid = client.push({"job": "tests.fails", "args": ["corrupt-counters"]})
+    # Its retry is a minute away: nothing runs it again while we look.
+    jid = client.push({"job": "tests.sleeps_then_fails", "args": ["corrupt-counters", 0]})
     wait_until(lambda: store.zcard(K.retry) == 1, timeout=10, message="in the retry set")
     [entry] = [json.loads(raw) for raw in store.zrange(K.retry, 0, -1)]
     assert entry["jid"] == jid

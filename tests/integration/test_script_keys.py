@@ -23,6 +23,7 @@ import redis
 
 import jobmaster
 from jobmaster import control
+from jobmaster.api import DeadSet, Queue
 from jobmaster.client import Client
 from jobmaster.config import Config, PeriodicEntry
 from jobmaster.deadset import DeadSetLimits
@@ -176,6 +177,8 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
     pills = [raw for raw in entries if raw not in survivor]
     recovery.requeue(dying, pills, triage=crash_triage(1, "", "SIGKILL"))
     assert store.zcard(K.dead) == 3  # member 2, the pill, member 4
+    assert len(DeadSet(client).page(0, 10)) == 3  # PEEK: the operator's listings
+    Queue("default", client).page(0, 10)  # PEEK_LIST: a queue's page
 
     entry = PeriodicEntry("tick", "tests.record", every=1, unique=True)
     PeriodicTicker(store, K, [entry], status_ttl=60).tick(time.time())  # PERIODIC

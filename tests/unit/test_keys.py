@@ -37,6 +37,7 @@ def all_keys(keys: Keys) -> list[str]:
         "digest": "0123456789abcdef0123456789abcdef",
         "bid": "fedcba9876543210fedcba98",
         "cid": "00112233445566778899aabb",
+        "sid": "a-dashboard-session-id",
         "minute": 29_412_345,
     }
     names: list[str] = []

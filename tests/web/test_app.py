@@ -21,6 +21,7 @@ from jobmaster.web import create_app
 from tests.secrets_check import assert_no_secret
 
 pytestmark = pytest.mark.timeout(60)
+LOCAL = "http://localhost"  # a Host the dashboard answers for (door.py)
 
 PAGES = ["/", "/busy", "/queues", "/queues/default", "/scheduled", "/retries", "/dead"]
 PAGES += ["/periodic", "/batches", "/jobs", "/jobs/0123456789abcdef01234567"]
@@ -41,7 +42,7 @@ def conn(redis_url: str) -> redis.Redis:
 @pytest.fixture
 def client(redis_url: str) -> Iterator[TestClient]:
     config = load_config(None, {"redis_url": redis_url})
-    with TestClient(create_app(config), follow_redirects=False) as test_client:
+    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as test_client:
         yield test_client
 
 
@@ -139,7 +140,7 @@ def test_secrets_are_never_rendered(redis_url: str, conn: redis.Redis) -> None:
         None, {"redis_url": redis_url, "secret_key": secrets["secret_key"], **secrets}
     )
     bury(conn, "tests.count", [1])
-    with TestClient(create_app(config)) as test_client:
+    with TestClient(create_app(config), base_url=LOCAL) as test_client:
         token = csrf_of(test_client.get("/login").text)
         test_client.post("/login", data={"password": secrets["web_password"], "csrf_token": token})
         for path in [*PAGES, "/stats.json"]:
@@ -150,8 +151,9 @@ def test_secrets_are_never_rendered(redis_url: str, conn: redis.Redis) -> None:
 
 
 def test_password_guards_pages_and_actions(redis_url: str, conn: redis.Redis) -> None:
-    config = load_config(None, {"redis_url": redis_url, "web_password": "right", "web_token": "tk"})
-    with TestClient(create_app(config), follow_redirects=False) as test_client:
+    secrets = {"web_password": "the right one", "web_token": "a-token-for-scripts"}
+    config = load_config(None, {"redis_url": redis_url, **secrets})
+    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as test_client:
         first = test_client.get("/dead")
         assert first.status_code == 303
         assert first.headers["location"].startswith("/login?next=%2Fdead")
@@ -159,12 +161,12 @@ def test_password_guards_pages_and_actions(redis_url: str, conn: redis.Redis) ->
         token = csrf_of(test_client.get("/login").text)
         wrong = test_client.post("/login", data={"password": "wrong", "csrf_token": token})
         assert wrong.status_code == 401
-        login = {"password": "right", "csrf_token": token, "next": "//evil.example/"}
+        login = {"password": "the right one", "csrf_token": token, "next": "//evil.example/"}
         answer = test_client.post("/login", data=login)
         assert answer.headers["location"] == "/"  # never an open redirect
         assert test_client.get("/dead").status_code == 200
-        bearer = {"authorization": "Bearer tk"}
-        with TestClient(create_app(config)) as script:
+        bearer = {"authorization": "Bearer a-token-for-scripts"}
+        with TestClient(create_app(config), base_url=LOCAL) as script:
             assert script.get("/stats.json", headers=bearer).status_code == 200
             wrong_bearer = {"authorization": "Bearer nope"}
             assert script.get("/stats.json", headers=wrong_bearer).status_code == 401
@@ -177,7 +179,7 @@ def test_mounted_under_a_prefix(redis_url: str, conn: redis.Redis) -> None:
     config = load_config(None, {"redis_url": redis_url})
     outer = Starlette(routes=[Mount("/ops/jobs", app=create_app(config))])
     Queue("default", conn).pause()
-    with TestClient(outer, follow_redirects=False) as test_client:
+    with TestClient(outer, base_url=LOCAL, follow_redirects=False) as test_client:
         html = test_client.get("/ops/jobs/queues").text
         assert 'href="/ops/jobs/static/app.css"' in html
         assert 'action="/ops/jobs/queues/default/action"' in html

@@ -172,7 +172,7 @@ def test_a_post_without_the_csrf_token_is_refused(
 def test_login_with_a_password(redis_url: str, browser: Any, tmp_path: Path) -> None:
     from tests.web.served import start_web, stop_web
 
-    env = {"JOBMASTER_WEB_PASSWORD": "correct horse"}
+    env = {"JOBMASTER_WEB_PASSWORD": "correct horse battery"}
     popen, url = start_web(redis_url, tmp_path / "web.log", env=env)
     context = browser.new_context()
     try:
@@ -182,7 +182,7 @@ def test_login_with_a_password(redis_url: str, browser: Any, tmp_path: Path) -> 
         page.get_by_label("Password").fill("wrong")
         page.get_by_role("button", name="Log in").click()
         expect(page.get_by_role("alert")).to_have_text("Wrong password.")
-        page.get_by_label("Password").fill("correct horse")
+        page.get_by_label("Password").fill("correct horse battery")
         page.get_by_role("button", name="Log in").click()
         expect(page).to_have_url(url + "/dead")
         expect(page.locator("h1")).to_contain_text("Dead")

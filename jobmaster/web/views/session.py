@@ -6,12 +6,14 @@ site could log a visitor into a session of its choosing.
 
 from __future__ import annotations
 
+import math
+
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from jobmaster.web import csrf
-from jobmaster.web.auth import SESSION_FLAG
 from jobmaster.web.dashboard import dashboard
 from jobmaster.web.routing import base, render, to
 
@@ -31,10 +33,18 @@ async def login(request: Request) -> Response:
     form = await request.form()
     if not csrf.valid(request.session, form.get(csrf.FIELD)):
         return PlainTextResponse("refused: missing or wrong CSRF token", status_code=403)
-    if not dashboard(request).guard.accepts(str(form.get("password", ""))):
+    guard = dashboard(request).guard
+    wait = guard.wait(request)
+    if wait:
+        seconds = math.ceil(wait)
+        return PlainTextResponse(
+            f"too many wrong passwords from your address: try again in {seconds} s",
+            status_code=429,
+            headers={"retry-after": str(seconds)},
+        )
+    if not guard.accepts(request, str(form.get("password", ""))):
         return render(request, "login.html", status_code=401, next=form.get("next", ""), wrong=True)
-    request.session.clear()  # a fresh session (and CSRF token) once logged in
-    request.session[SESSION_FLAG] = True
+    await run_in_threadpool(guard.log_in, request)
     return RedirectResponse(_next(request, form.get("next")), status_code=303)
 
 
@@ -42,7 +52,7 @@ async def logout(request: Request) -> Response:
     form = await request.form()
     if not csrf.valid(request.session, form.get(csrf.FIELD)):
         return PlainTextResponse("refused: missing or wrong CSRF token", status_code=403)
-    request.session.clear()
+    await run_in_threadpool(dashboard(request).guard.log_out, request)  # the cookie is dead
     return RedirectResponse(to(request, "/login"), status_code=303)
 
 
