@@ -283,6 +283,23 @@ end
 """
 WORKFLOW_KEYS = 13  # len(k): the keys each caller appends for workflow_step
 
+# How FINISH_STEP and BURY_STEP call ``workflow_step``: after the job has left
+# the in-progress list and its outcome is stored, a batch or chain hash that
+# someone corrupted (a ``pending`` that is not a number, a hash of another
+# type) must not fail the script, since Redis keeps the writes made before a
+# failure: the job would be acknowledged with its step half done, or (before
+# the outcome was stored first) lost. The step is trapped instead, and the
+# failure is written to Redis's own log.
+SETTLE_WORKFLOW = """
+local function settle_workflow(k, a)
+  local ok, err = pcall(workflow_step, k, a)
+  if not ok then
+    redis.log(redis.LOG_WARNING, 'jobmaster: workflow step of jid ' .. tostring(a[11]) ..
+      ' not completed: ' .. tostring(err))
+  end
+end
+"""
+
 # FINISH_STEP: FINISH for a job in a batch or a chain, with the workflow's
 # step in the same atomic step: a chain's next job is pushed only with its
 # predecessor's success, and a batch's counters move with the outcome, so a
@@ -300,11 +317,12 @@ FINISH_STEP = (
     FINISH_BODY
     + BATCH_FUNCTIONS
     + WORKFLOW_FUNCTION
+    + SETTLE_WORKFLOW
     + """
 if removed == 0 then return 0 end
 local step_args = {unpack(ARGV, #ARGV - 9)}
 step_args[11], step_args[12] = ARGV[13], ARGV[11]
-workflow_step({unpack(KEYS, #KEYS - 12)}, step_args)
+settle_workflow({unpack(KEYS, #KEYS - 12)}, step_args)
 return 1
 """
 )
@@ -436,10 +454,11 @@ BURY_STEP = (
     + BURY_TAIL
     + BATCH_FUNCTIONS
     + WORKFLOW_FUNCTION
+    + SETTLE_WORKFLOW
     + """
 local step_args = {unpack(ARGV, 16, 26)}
 step_args[12] = ARGV[11]
-workflow_step({unpack(KEYS, 7, 19)}, step_args)
+settle_workflow({unpack(KEYS, 7, 19)}, step_args)
 return 1
 """
 )

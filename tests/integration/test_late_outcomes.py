@@ -182,3 +182,32 @@ def test_an_outcome_that_cannot_be_stored_leaves_the_job_held_not_lost(
     assert outcomes.record(worker.ctx, unit.raw, failed) is False
     assert store.lrange(worker.ctx.inprogress_key, 0, -1) == [unit.raw]
     assert store.get(K.stat("processed")) is None  # nothing of it was written
+
+
+def test_a_corrupt_batch_neither_loses_its_job_nor_fails_the_acknowledgement(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    client: Client,
+    store: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A batch whose ``pending`` is not a number: the workflow step failed the
+    script after the job had left the in-progress list (Redis keeps a failing
+    script's earlier writes), so the worker took its outcome for unrecorded,
+    sent it again, and said "not recorded" of a job that was; its hook never
+    ran."""
+    import jobmaster
+    from tests import jobs
+
+    batch = jobmaster.batch(client=client)
+    batch.add(jobs.member.s(1))
+    store.hset(K.batch(batch.bid), "pending", "not a number")
+    worker = running_worker(make_config(concurrency=1))
+    wait_until(lambda: store.get(K.stat("processed")) == b"1", timeout=10, message="recorded")
+    wait_until(lambda: worker.manager.busy == 0, timeout=10, message="its thread done with it")
+    assert store.llen(worker.ctx.inprogress_key) == 0
+    [status] = [store.get(key) for key in store.keys(K.status("*"))]
+    assert status == b"complete"
+    refused = [r for r in caplog.records if "could not record" in r.getMessage()]
+    refused += [r for r in caplog.records if "not recorded" in r.getMessage()]
+    assert refused == []
