@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
 import redis
+from redis import exceptions as redis_errors
 
 from jobmaster.client import DEFAULT_STATUS_TTL, Client, default_client
 from jobmaster.keys import Keys
@@ -107,3 +108,17 @@ def moment(value: Any) -> float | None:
 def glob_escape(value: str) -> str:
     """``value`` matched literally by SCAN's MATCH (a jid typed by an operator)."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in value)
+
+
+def answers(pipe: Any, *defaults: Any) -> list[Any]:
+    """A pipeline's replies, each command Redis refused (WRONGTYPE: a key that
+    someone overwrote with another type) replaced by its default (None past
+    the defaults given), so one such key cannot take down a listing or a
+    page (SPEC §8). A lost connection still raises."""
+    replies = pipe.execute(raise_on_error=False)
+    return [
+        (defaults[i] if i < len(defaults) else None)
+        if isinstance(reply, redis_errors.ResponseError)
+        else reply
+        for i, reply in enumerate(replies)
+    ]

@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from jobmaster.api.base import Backend, Connection, as_bytes, number, text, texts
+from jobmaster.api.base import Backend, Connection, answers, as_bytes, number, text, texts
 from jobmaster.api.records import JobRecord
 from jobmaster.connection import byte_list
 
@@ -116,12 +116,12 @@ class ProcessSet:
         pipe = redis.pipeline(transaction=False)
         pipe.smembers(keys.masters)
         pipe.smembers(keys.processes)
-        masters, workers = pipe.execute()
+        masters, workers = answers(pipe, set(), set())
         identities = texts(set(masters) | set(workers))
         pipe = redis.pipeline(transaction=False)
         for identity in identities:
             pipe.hgetall(keys.heartbeat(identity))
-        beats = pipe.execute()
+        beats = answers(pipe, *([{}] * len(identities)))
         found = [
             Process.from_heartbeat(identity, {text(k): text(v) for k, v in beat.items()})
             for identity, beat in zip(identities, beats, strict=True)
@@ -149,7 +149,7 @@ class ProcessSet:
         pipe = redis.pipeline(transaction=False)
         pipe.smembers(keys.masters)
         pipe.smembers(keys.processes)
-        masters, workers = (texts(m) for m in pipe.execute())
+        masters, workers = (texts(m) for m in answers(pipe, set(), set()))
         pipe = redis.pipeline(transaction=False)
         for identity in masters:
             pipe.exists(keys.heartbeat(identity))
@@ -180,7 +180,7 @@ class ProcessSet:
             pipe.lrange(keys.inprogress(identity), 0, -1)
         held = [
             (identity, JobRecord.parse(as_bytes(raw)))
-            for identity, reply in zip(workers, pipe.execute(), strict=True)
+            for identity, reply in zip(workers, answers(pipe, *([[]] * len(workers))), strict=True)
             for raw in byte_list(reply)
         ]
         pipe = redis.pipeline(transaction=False)

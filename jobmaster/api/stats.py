@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jobmaster.api.base import Backend, Connection, number, texts
+from jobmaster.api.base import Backend, Connection, answers, number, texts
 from jobmaster.api.info import redis_info
 from jobmaster.api.queues import Queue, records_of
 
@@ -79,7 +79,11 @@ class Stats:
             pipe.zcard(zset)
         for names in (keys.queues, keys.paused, keys.processes, keys.masters):
             pipe.smembers(names)
-        counters, scheduled, retry, dead, known, paused, workers, masters = pipe.execute()
+        # A key of the wrong type (forged, or written by something else)
+        # answers WRONGTYPE: read as empty, so one such key cannot take down
+        # ``stats``, ``queue list`` and every page (SPEC §8).
+        first = answers(pipe, [None] * 4, 0, 0, 0, set(), set(), set(), set())
+        counters, scheduled, retry, dead, known, paused, workers, masters = first
         queues, paused_names = texts(set(known) | set(paused)), set(texts(paused))
         worker_ids, master_ids = texts(workers), texts(masters)
 
@@ -94,7 +98,8 @@ class Stats:
             pipe.exists(keys.heartbeat(identity))
         for identity in master_ids:
             pipe.exists(keys.heartbeat(identity))
-        replies = pipe.execute()
+        defaults = [0, []] * len(queues) + [None, 0] * len(worker_ids) + [0] * len(master_ids)
+        replies = answers(pipe, *defaults)
 
         self.processed, self.failed, self.processed_today, self.failed_today = (
             int(number(value)) for value in counters

@@ -9,6 +9,7 @@ import psutil
 import pytest
 import redis
 
+from jobmaster import exitcodes
 from jobmaster.api import Process, ProcessSet, Queue
 from jobmaster.client import Client
 from tests.helpers import holds_for, wait_until
@@ -74,13 +75,15 @@ def test_lists_the_master_and_its_children_then_quiets_and_resumes_them(
     assert master.popen.poll() is None
 
 
-def test_stop_makes_the_master_exit_zero(
+def test_stop_makes_the_master_exit_with_the_remote_stop_code(
     run_jobmaster: Run, write_config: Write, store: redis.Redis
 ) -> None:
     master, identity = start(run_jobmaster, write_config, store)
     processes = ProcessSet(store)
     children = children_of(processes, identity, 2)
     assert processes.stop(identity)
-    assert master.wait(timeout=10) == 0, master.log()
+    # Graceful, with a code of its own: a forged stop is restarted by
+    # systemd's Restart=on-failure (exitcodes.REMOTE_STOP).
+    assert master.wait(timeout=10) == exitcodes.REMOTE_STOP, master.log()
     assert not any(psutil.pid_exists(c.pid) for c in children)
     wait_until(lambda: processes.list() == [], timeout=5, message="heartbeats removed")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from jobmaster import exitcodes
 from jobmaster.client import Client
 from jobmaster.embedded import RedisServerProcess
 from jobmaster.keys import Keys
@@ -64,7 +65,7 @@ def test_master_and_child_carry_on_when_redis_is_replaced_by_an_empty_one(
     assert identities(store, "master") == [master_identity]
     # ... and the master reads its remote control list on the new server.
     store.rpush(K.control(master_identity), "stop")
-    assert master.wait(timeout=20) == 0, master.log()
+    assert master.wait(timeout=20) == exitcodes.REMOTE_STOP, master.log()
     log = master.log()
     assert log.count("was replaced or emptied (run_id ") == 1, log
     assert "Traceback" not in log, log
