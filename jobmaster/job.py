@@ -19,6 +19,8 @@ from jobmaster import crypto, registry
 from jobmaster import payload as wire
 from jobmaster.backoff import DEFAULT_RETRY, Backoff
 from jobmaster.client import Client, default_client
+from jobmaster.current import running_job
+from jobmaster.expiry import check_expires_in
 from jobmaster.middleware.base import Middleware
 from jobmaster.unique import UniqueArgs, check_mode, digest, lock_ttl
 from jobmaster.workflows.batch import collecting
@@ -49,6 +51,7 @@ class JobOptions:
     unique_args: UniqueArgs | None = None
     middleware: tuple[Middleware, ...] = ()  # server middleware for this job only
     encrypt: bool = False  # arguments sealed with secret_key (crypto.py)
+    expires_in: float | None = None  # seconds from creation; not run if fetched later (expiry.py)
     # Called once the outcome is recorded: on_success(payload) after a success,
     # on_failure(payload, error) when the job failed for good (dead, or
     # dropped with retry=False). A hook that raises is logged, nothing more.
@@ -74,6 +77,7 @@ class JobOptions:
         ):
             raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
         check_mode(self.unique)
+        check_expires_in(self.expires_in)
         object.__setattr__(self, "middleware", tuple(self.middleware))
         for item in self.middleware:
             if not isinstance(item, Middleware):
@@ -91,6 +95,8 @@ class JobOptions:
             extra["backoff"] = self.backoff
         if self.timeout is not None:
             extra["timeout"] = self.timeout
+        if self.expires_in is not None:
+            extra["expires_in"] = self.expires_in
         return extra
 
 
@@ -151,7 +157,8 @@ class BoundJob(Generic[P, R]):
         if INLINE.depth > 0:
             # Round-trip through JSON so the job sees what a worker would pass it.
             decoded = json.loads(wire.encode(built))
-            self.job.func(*decoded["args"], **decoded["kwargs"])
+            with running_job(decoded):  # jobmaster.current_job() as in a worker
+                self.job.func(*decoded["args"], **decoded["kwargs"])
             return str(built["jid"])
         if options.encrypt:  # after the inline run: that one gets the plain arguments
             crypto.seal_payload(built)
@@ -231,6 +238,7 @@ def job(
     unique_args: UniqueArgs | None = None,
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
+    expires_in: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
@@ -249,6 +257,7 @@ def job(
     unique_args: UniqueArgs | None = None,
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
+    expires_in: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
@@ -266,6 +275,7 @@ def job(
         unique_args=unique_args,
         middleware=tuple(middleware),
         encrypt=encrypt,
+        expires_in=expires_in,
         on_success=on_success,
         on_failure=on_failure,
     )

@@ -16,7 +16,7 @@ from typing import Any
 from jobmaster import payload as wire
 
 # Payload fields a signature may carry besides job, args and kwargs.
-OPTION_FIELDS = ("queue", "retry", "backoff", "timeout")
+OPTION_FIELDS = ("queue", "retry", "backoff", "timeout", "expires_in")
 
 
 @dataclass(frozen=True)
