@@ -45,13 +45,21 @@ class JobMetrics:
     def observe_outcome(self, outcome: Outcome, queue: str) -> None:
         """Count a recorded outcome: a run, failed or not. A job held back by
         middleware (``deferred``) or skipped (its batch cancelled) did not run and
-        is not counted."""
+        is not counted; an expired one did not run either, and has its own count."""
         if outcome.kind in ("deferred", "skipped"):
             return
         job = outcome.job if registry.lookup(outcome.job) is not None else UNREGISTERED
+        if outcome.kind == "expired":
+            self.observe_expired(job, queue)
+            return
         ran = outcome.started_at > 0 and outcome.ended_at >= outcome.started_at
         seconds = outcome.ended_at - outcome.started_at if ran else None
         self.observe(job, queue, outcome.failed, seconds)
+
+    def observe_expired(self, job: str, queue: str) -> None:
+        with self._lock:
+            self._series.setdefault((job, queue), Series()).expired += 1
+            self.version += 1
 
     def snapshot(self) -> dict[Key, Series]:
         with self._lock:
