@@ -22,7 +22,7 @@ import time
 
 import redis
 
-from jobmaster import exitcodes
+from jobmaster import exitcodes, lifecycle
 from jobmaster.cgroups import find_memory_cgroup
 from jobmaster.config import Config
 from jobmaster.connection import connect, wait_for_redis
@@ -178,7 +178,8 @@ class Master:
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> int:
-        warn_about_threads()  # the app's, before any of ours start
+        lifecycle.run_master_start()  # after the app import (cli.prepared), before any fork
+        warn_about_threads()  # the app's and its hooks', before any of ours start
         wait_for_redis(self.redis, self.config.redis_url_masked)  # before any fork
         if self.metrics is not None:
             self.metrics.start()  # a port in use fails here, before any fork

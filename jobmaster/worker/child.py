@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 
-from jobmaster import exitcodes
+from jobmaster import exitcodes, lifecycle
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.metrics.jobs import Reporter
@@ -73,6 +73,10 @@ def serve(
     master to read if it dies (slots.py). ``requests_fd``: the master's
     requests (pipes.py).
     """
+    try:  # the app's own set-up (reopened pools...), before anything can be fetched
+        lifecycle.run_child_start()
+    except lifecycle.HookFailed:  # logged with its traceback; a crash at start
+        return exitcodes.CHILD_START_FAILED
     worker = WorkerProcess(config, identity, slots)
     if quiet:
         worker.manager.quiet()
@@ -112,6 +116,7 @@ def serve(
     # waiting for it could take the container over its limit.
     timeout = 0 if reason in ("SIGQUIT",) or steering.no_room else config.shutdown_timeout
     worker.stop(timeout, stop_now, blame)
+    lifecycle.run_child_stop()  # after the last job: every one recorded or pushed back
     if reporter is not None:
         reporter.flush()  # after the last job is recorded: a graceful stop loses no count
     return exitcodes.OK

@@ -10,7 +10,8 @@ Each job logs one ``job.start`` line and one end line named after its
 outcome: ``job.done`` (INFO), ``job.retry`` or ``job.failed`` (retry off;
 WARNING), ``job.dead`` (ERROR), with ``duration_ms`` and, for a failure, the
 error's class and message. A job held back by middleware logs
-``job.deferred`` instead, and a job of a cancelled batch ``job.skipped``.
+``job.deferred`` instead, a job of a cancelled batch ``job.skipped``, and
+a job fetched after its ``expires_in`` ``job.expired`` (it does not run).
 The lines carry the jid, job name and queue, never the arguments: those may
 be secrets (``encrypt=True``) or personal data.
 """
@@ -24,8 +25,9 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from jobmaster import crypto, registry
+from jobmaster import crypto, expiry, registry
 from jobmaster import payload as wire
+from jobmaster.current import running_job
 from jobmaster.errors import JobTimeout
 from jobmaster.job import JobFunction
 from jobmaster.middleware import base as hooks
@@ -37,6 +39,7 @@ from jobmaster.worker.outcome import (
     bad_payload,
     decide_failure,
     deferred,
+    expired,
     skipped,
     succeeded,
     with_hook,
@@ -84,9 +87,9 @@ def _run(
     except wire.BadPayload as error:
         return _buried(unit, str(error))
     context = {"jid": payload["jid"], "job": payload["job"], "queue": unit.queue}
-    if ctx is not None and steps.cancelled(ctx.redis, ctx.keys, steps.step_of(payload)):
-        _event(logging.INFO, "job.skipped", context, "skipped: its batch was cancelled")
-        return skipped(payload)
+    not_run = _not_to_run(payload, context, ctx)
+    if not_run is not None:
+        return not_run
     job = registry.lookup(payload["job"])
     if job is None:
         return _buried(unit, f"no job registered as {payload['job']!r}")
@@ -114,6 +117,20 @@ def _run(
     return outcome
 
 
+def _not_to_run(
+    payload: dict[str, Any], context: dict[str, Any], ctx: WorkerContext | None
+) -> Outcome | None:
+    """The outcome of a job that is not to run at all: expired, or its batch cancelled."""
+    if expiry.expired(payload, time.time()):  # checked first: it needs no Redis read
+        why = "expired: not started within %ss of its creation"
+        _event(logging.INFO, "job.expired", context, why, payload.get("expires_in"))
+        return with_unique(expired(payload), payload)
+    if ctx is not None and steps.cancelled(ctx.redis, ctx.keys, steps.step_of(payload)):
+        _event(logging.INFO, "job.skipped", context, "skipped: its batch was cancelled")
+        return skipped(payload)
+    return None
+
+
 def _call(
     job: JobFunction[..., Any],
     payload: dict[str, Any],
@@ -134,6 +151,7 @@ def _call(
         with (
             watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext(),
             running_in(payload),
+            running_job(payload, unit.queue),  # jobmaster.current_job()
         ):
             job.func(*arguments[0], **arguments[1])
     except BaseException as error:  # a job's SystemExit must not end the thread either

@@ -29,7 +29,7 @@ from jobmaster.workflows.steps import Step, finish_step_arguments, step_of
 
 log = logging.getLogger("jobmaster.worker.outcome")
 
-Kind = Literal["done", "retry", "dead", "dropped", "deferred", "skipped"]
+Kind = Literal["done", "retry", "dead", "dropped", "deferred", "skipped", "expired"]
 MAX_BACKTRACE_LINES = 40
 RECORD_ATTEMPTS_FOR = 30.0
 STATUS = {
@@ -39,6 +39,7 @@ STATUS = {
     "dropped": "failed",
     "deferred": "scheduled",
     "skipped": "skipped",  # its batch was cancelled: not run
+    "expired": "expired",  # fetched after its expires_in: not run (expiry.py)
 }  # seconds an outcome keeps being retried (a Redis restart)
 
 
@@ -76,6 +77,18 @@ def skipped(payload: dict[str, Any]) -> Outcome:
         str(payload["jid"]),
         str(payload["job"]),
         reason="its batch was cancelled",
+        workflow=step_of(payload),
+    )
+
+
+def expired(payload: dict[str, Any]) -> Outcome:
+    """Fetched after its ``expires_in``: acknowledged, not run, in no set; a
+    failure for good to its batch or chain (it will never run)."""
+    return Outcome(
+        "expired",
+        str(payload["jid"]),
+        str(payload["job"]),
+        reason=f"not started within {payload.get('expires_in')}s of its creation",
         workflow=step_of(payload),
     )
 
@@ -234,7 +247,10 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     target = {"retry": keys.retry, "dead": keys.dead, "deferred": keys.scheduled}.get(
         outcome.kind, keys.dead
     )
-    ran = outcome.kind not in ("deferred", "skipped")
+    ran = outcome.kind not in ("deferred", "skipped", "expired")
+    # What FINISH counts as it acknowledges (its "processed" keys): a run, or
+    # for a job that expired, the expired counters (the job did not run).
+    counted = "expired" if outcome.kind == "expired" else "processed"
     lock_action, lock_ttl = "", 0
     if outcome.unique_digest is not None:
         # Kept through a retry's wait (extended past it), released at the end.
@@ -243,8 +259,8 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     limits = ctx.dead_limits
     call_keys = [
         ctx.inprogress_key,
-        keys.stat("processed"),
-        keys.stat_day("processed", day),
+        keys.stat(counted),
+        keys.stat_day(counted, day),
         keys.stat("failed"),
         keys.stat_day("failed", day),
         target,
@@ -263,7 +279,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     }
     call_args = [
         raw,
-        ("1" if outcome.failed else "0") if ran else "-",
+        ("1" if outcome.failed else "0") if ran or outcome.kind == "expired" else "-",
         DAY_COUNTER_TTL,
         {"retry": "retry", "dead": "dead", "deferred": "retry"}.get(outcome.kind, ""),
         wire.encode(outcome.stored) if outcome.stored is not None else b"",
