@@ -89,7 +89,7 @@ def work(
 ) -> Counter[str]:
     """Run every waiting job, one at a time in this thread, as a worker would,
     until none is left; returns how many ended each way (``done``, ``retry``,
-    ``dead``, ``dropped``, ``deferred``, ``skipped``).
+    ``dead``, ``dropped``, ``deferred``, ``skipped``, ``expired``).
 
     Jobs are fetched and acknowledged by the worker's scripts from every
     known queue not paused, so their outcomes are kept as in production: a
