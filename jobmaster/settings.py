@@ -45,6 +45,11 @@ class Setting:
     # How the README shows the default when the value itself would mislead
     # (``processes = None`` means "as many as there are usable CPUs").
     default_doc: str | None = None
+    # How ``--help`` shows the flag's value and its range, as click shows its
+    # own types ("INTEGER RANGE", "[x>=1]"); the value is still checked by
+    # ``parse``, so a bad one gets the same message as in the file or env.
+    metavar: str = "TEXT"
+    bounds: str = ""
 
     @property
     def env_vars(self) -> tuple[str, ...]:
@@ -443,6 +448,7 @@ _ALL = [
         parse=modules,
         cli=("-a", "--app"),
         multiple=True,
+        metavar="MODULE",
     ),
     Setting(
         name="middleware",
@@ -459,6 +465,7 @@ _ALL = [
         env="JOBMASTER_REDIS_URL",
         env_fallbacks=("REDIS_URL",),
         cli=("--redis-url",),
+        metavar="URL",
     ),
     Setting(
         name="redis_username",
@@ -536,6 +543,8 @@ _ALL = [
         env="JOBMASTER_PROCESSES",
         cli=("-p", "--processes"),
         default_doc="usable CPUs",
+        metavar="INTEGER|auto",
+        bounds="x>=1",
     ),
     Setting(
         name="concurrency",
@@ -544,6 +553,8 @@ _ALL = [
         parse=integer(1),
         env="JOBMASTER_CONCURRENCY",
         cli=("-t", "--concurrency"),
+        metavar="INTEGER RANGE",
+        bounds="x>=1",
     ),
     Setting(
         name="queues",
@@ -553,6 +564,7 @@ _ALL = [
         env="JOBMASTER_QUEUES",
         cli=("-q", "--queue"),
         multiple=True,
+        metavar="NAME[:WEIGHT]",
     ),
     Setting(
         name="strict",
@@ -567,6 +579,8 @@ _ALL = [
         parse=number(0),
         env="JOBMASTER_SHUTDOWN_TIMEOUT",
         cli=("--shutdown-timeout",),
+        metavar="FLOAT RANGE",
+        bounds="x>=0",
     ),
     Setting(
         name="preload",
@@ -581,6 +595,8 @@ _ALL = [
         parse=max_child_mb,
         env="JOBMASTER_MAX_CHILD_MB",
         cli=("--max-child-mb",),
+        metavar="INTEGER|auto",
+        bounds="x>=0",
     ),
     Setting(
         name="max_jobs_per_child",
@@ -667,6 +683,7 @@ _ALL = [
         help="Log level: debug, info, warning, error or critical.",
         parse=choice(*LOG_LEVELS),
         cli=("--log-level",),
+        metavar="[debug|info|warning|error|critical]",
     ),
     Setting(
         name="log_levels",
@@ -683,6 +700,7 @@ _ALL = [
         parse=choice("text", "json"),
         env="JOBMASTER_LOG_FORMAT",
         cli=("--log-format",),
+        metavar="[text|json]",
     ),
     Setting(
         name="dead_max_jobs",
