@@ -21,7 +21,7 @@ import click
 import redis
 
 from jobmaster import exitcodes
-from jobmaster.app import AppImportError, load_app
+from jobmaster.app import AppImportError, check_periodic, load_app, unknown_job_warning
 from jobmaster.client import Client, default_from_config
 from jobmaster.commands.output import echo
 from jobmaster.config import Config, load_config
@@ -176,7 +176,7 @@ def worker(config_file: str | None, debug: bool, **overrides: Any) -> None:
     from jobmaster.worker.child import serve
 
     config = load(config_file, overrides)
-    with prepared(config) as embedded:
+    with prepared(config, preload=True) as embedded:  # no fork: always import the app
         signals = SignalQueue(CHILD_SIGNALS)
         signals.install()
         try:
@@ -187,7 +187,7 @@ def worker(config_file: str | None, debug: bool, **overrides: Any) -> None:
 
 
 @contextlib.contextmanager
-def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
+def prepared(config: Config, *, preload: bool | None = None) -> Iterator[EmbeddedRedis | None]:
     """Logging, then the embedded Redis (started first, stopped last), then the app."""
     from jobmaster.log import setup_logging
 
@@ -197,7 +197,7 @@ def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
         embedded.start()
     default_from_config(config)  # jobs that enqueue jobs use the workers' Redis settings
     try:
-        if config.preload:
+        if config.preload if preload is None else preload:
             load_app(config)  # before forking: children share its memory
         yield embedded
     finally:
@@ -213,6 +213,7 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     """Validate the config, import the app, reach Redis; print what would run."""
     config = load(config_file, overrides)
     jobs = load_app(config)
+    check_periodic(config)
     lines = [
         f"config:      {config.source or '(none: defaults and environment)'}",
         f"app:         {', '.join(config.app) or '(none)'}",
@@ -297,6 +298,9 @@ def enqueue(
         except ValueError as error:
             raise ConfigError(f"argument {index} ({text!r}) is not JSON: {error}") from None
     config = load(config_file, {"redis_url": redis_url})
+    warning = unknown_job_warning(config, job)
+    if warning is not None:
+        echo(f"jobmaster: warning: {warning}", err=True)
     client = Client.from_config(config)
     item: dict[str, Any] = {"job": job, "args": args, "queue": queue}
     if delay is not None:

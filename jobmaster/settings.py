@@ -185,6 +185,14 @@ def path(value: object) -> str:
     return text
 
 
+def paths(value: object) -> list[str]:
+    """A list of folder paths: a bare string is refused, since a comma or a
+    space may be part of a path and no split of it can be trusted."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f'must be a list of paths such as ["src"], {_got(value)}')
+    return [path(item) for item in value]
+
+
 def _items(value: object, what: str) -> list[str]:
     """A list of strings, or a comma-separated string (env values).
 
@@ -449,6 +457,13 @@ _ALL = [
         cli=("-a", "--app"),
         multiple=True,
         metavar="MODULE",
+    ),
+    Setting(
+        name="pythonpath",
+        default=[],
+        help="Folders put on sys.path before the app is imported, relative to the config "
+        "file (the current folder and the config file's folder always are).",
+        parse=paths,
     ),
     Setting(
         name="middleware",
