@@ -36,7 +36,7 @@ from jobmaster.job import JobFunction
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
 from jobmaster.middleware.base import Defer, JobContext
-from jobmaster.scripts import Scripts
+from jobmaster.scripts import Scripts, Unlock
 from jobmaster.worker.acks import Acks
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Unit
@@ -146,8 +146,8 @@ class Executor:
         if job.until_started is None:
             return
         try:
-            self.scripts.unlock(
-                keys=[self.keys.unique(job.until_started)], args=[job.jid, "release", 0]
+            Unlock(lock_key=self.keys.unique(job.until_started), jid=job.jid).run(
+                self.scripts.unlock
             )
         except redis.RedisError as error:  # it expires on its own (a bounded TTL)
             log.warning("could not release the unique lock of jid=%s: %s", job.jid, error)
