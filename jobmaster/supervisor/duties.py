@@ -66,13 +66,13 @@ from jobmaster import control
 from jobmaster.config import Config
 from jobmaster.connection import byte_list
 from jobmaster.keys import Keys
+from jobmaster.liveness import beat_interval
 from jobmaster.metrics.queues import QueueWatch
+from jobmaster.outage import OutageLog
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.recovery import Recovery, RecoveryReport, Triage
 from jobmaster.signals import MASTER_SIGNALS, blocked
 from jobmaster.supervisor.history import HistoryRecorder
-from jobmaster.worker.heartbeat import beat_interval
-from jobmaster.worker.loop import OutageLog
 
 log = logging.getLogger("jobmaster.supervisor.duties")
 

@@ -28,6 +28,7 @@ from jobmaster.config import Config
 from jobmaster.connection import connect, wait_for_redis
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.embedded import EmbeddedRedis
+from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.metrics.hub import MetricsHub
 from jobmaster.periodic import PeriodicTicker
@@ -67,7 +68,6 @@ from jobmaster.supervisor.memory import (
 )
 from jobmaster.supervisor.sdnotify import Notifier
 from jobmaster.supervisor.spawn import fork_child, warn_about_threads
-from jobmaster.worker.identity import Identity
 
 log = logging.getLogger("jobmaster.supervisor.master")
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from jobmaster import exitcodes
 from jobmaster.app import AppImportError, load_app
 from jobmaster.config import Config
+from jobmaster.identity import Identity
 from jobmaster.log import handlers_held, set_process_fields
 from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import CHILD_SIGNALS, MASTER_SIGNALS, SignalQueue, reset_in_child
 from jobmaster.slots import StartedSlots
-from jobmaster.worker.identity import Identity
 
 log = logging.getLogger("jobmaster.supervisor.spawn")
 

@@ -20,11 +20,11 @@ import redis
 
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
+from jobmaster.outage import OutageLog
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher, Unit
-from jobmaster.worker.loop import OutageLog
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.running import RunningTable
 from jobmaster.worker.wakeup import WakeupListener, WorkSignal

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from jobmaster.outage import OUTAGE_BACKOFF
 from jobmaster.unique import UNTIL_STARTED
 from jobmaster.worker.executor import execute
-from jobmaster.worker.loop import OUTAGE_BACKOFF
 from jobmaster.worker.outcome import record, run_hook
 
 if TYPE_CHECKING:
