@@ -7,7 +7,10 @@ the pool needs and flooding the log.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+
+log = logging.getLogger("jobmaster.supervisor.backoff")
 
 FIRST_DELAY = 0.1
 MAX_DELAY = 30.0
@@ -48,6 +51,9 @@ class Respawns:
         delay = self.backoff.setdefault(index, CrashBackoff()).delay_after_death(served)
         if delay:
             self.at[index] = now + delay
+            log.warning(
+                "child %d ended %.1fs after it was ready: restarting in %.1fs", index, served, delay
+            )
         return delay
 
     def waiting(self, index: int, now: float) -> bool:

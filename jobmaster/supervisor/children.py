@@ -147,6 +147,10 @@ class ChildTable:
         """Children that are (or will be) fetching: not asked to leave."""
         return [child for child in self if child.serving]
 
+    def ready(self) -> int:
+        """How many are up and serving (running or quiet)."""
+        return len(self.in_state(RUNNING, QUIET))
+
     def indexes(self) -> set[int]:
         return {child.index for child in self.serving()}
 

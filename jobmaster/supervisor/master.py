@@ -233,21 +233,21 @@ class Master:
             child.set_quiet(quiet)
 
     def take_news(self) -> None:
-        """Remote commands the Redis thread read (the signals' meanings), and the
-        requeues it did (for the metrics)."""
+        """The requeues the Redis thread did (for the metrics), and the remote
+        commands it read: each means what its signal means, but a remote stop
+        exits with a code of its own (REMOTE_STOP, not 0), so the service
+        manager decides whether it is final (README "Deployment")."""
         for report in self.duties.take_reports():
             if self.metrics is not None:
                 self.metrics.recovered(report)
         for command in self.duties.take_commands():
             log.info("remote command: %s", command)
-            if command in ("quiet", "resume"):
-                self.set_quiet(command == "quiet")
-            elif command == "stop":
-                # Its own exit code, not 0: the service manager decides whether
-                # it is final (README "Deployment": a forged stop costs a restart).
+            if command == "stop":
                 if not self.stopping:
                     self.exit_code = exitcodes.REMOTE_STOP
                 self.begin_stop("remote stop")
+            else:  # control.COMMANDS: quiet or resume
+                self.set_quiet(command == "quiet")
 
     # -- children ------------------------------------------------------------
     def spawn_missing(self) -> None:
@@ -274,16 +274,7 @@ class Master:
         others += [fd for fd in (self.signals.wakeup_fd,) if fd]
         sender = metrics.sender if metrics is not None else None
         forked = fork_child(self.config, index, others, metrics=sender, quiet=self.quiet)
-        child = Child(
-            index,
-            forked.pid,
-            forked.identity,
-            time.monotonic(),
-            forked.ready_fd,
-            forked.requests_fd,
-            forked.slots,
-        )
-        self.children.add(child)
+        self.children.add(forked.child(index, time.monotonic()))
         log.info("child %d started (pid %d)", index, forked.pid)
 
     def read_ready(self, child: Child) -> None:
@@ -301,7 +292,7 @@ class Master:
         if self.quiet:
             self.stopper.kill(child, signal.SIGTSTP)
         self.stopper.retire_excess(self.wanted)
-        if not self.announced_ready and len(self.children.in_state(RUNNING, QUIET)) >= self.wanted:
+        if not self.announced_ready and self.children.ready() >= self.wanted:
             self.announced_ready = True
             self.notifier.send(f"READY=1\nSTATUS={self.status()}")
             log.info("all %d children up", self.wanted)
@@ -339,16 +330,9 @@ class Master:
             log.error("the app failed to import in a child: halting instead of fork-looping")
             self.exit_code = exitcodes.APP_LOAD_FAILED
             self.begin_stop("app import failure")
-        elif death.unexpected:
+        elif death.unexpected:  # replaced: at once, or after a backoff if it died young
             served = now - child.ready_at if child.ready_at is not None else 0.0
-            delay = self.respawns.after_death(child.index, served, now)
-            if delay:
-                log.warning(
-                    "child %d ended %.1fs after it was ready: restarting in %.1fs",
-                    child.index,
-                    served,
-                    delay,
-                )
+            self.respawns.after_death(child.index, served, now)
 
     # -- appearance ----------------------------------------------------------
     def publish(self) -> None:
@@ -359,10 +343,8 @@ class Master:
         self.duties.publish(MasterState(self.wanted, self.quiet, self.stopping, children, *memory))
 
     def status(self) -> str:
-        alive = len(self.children.in_state(RUNNING, QUIET))
-        return f"{alive}/{self.wanted} children"
+        return f"{self.children.ready()}/{self.wanted} children"
 
     def update_title(self) -> None:
         state = "stopping" if self.stopping else "quiet" if self.quiet else ""
-        alive = len(self.children.in_state(RUNNING, QUIET))
-        set_title(master_title(alive, self.wanted, self.config.queue_names, state))
+        set_title(master_title(self.children.ready(), self.wanted, self.config.queue_names, state))

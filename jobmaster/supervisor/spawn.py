@@ -33,6 +33,7 @@ from jobmaster.log import handlers_held, set_process_fields
 from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import CHILD_SIGNALS, MASTER_SIGNALS, SignalQueue, blocked, reset_in_child
 from jobmaster.slots import StartedSlots
+from jobmaster.supervisor.children import Child
 
 log = logging.getLogger("jobmaster.supervisor.spawn")
 
@@ -44,6 +45,12 @@ class Forked:
     ready_fd: int  # read end: the child writes one byte once it is up (pipes.py)
     requests_fd: int  # write end: the master's requests to the child (pipes.py)
     slots: StartedSlots  # which jobs the child's threads run (slots.py)
+
+    def child(self, index: int, now: float) -> Child:
+        """Its row in the master's table, forked at ``now`` (monotonic)."""
+        return Child(
+            index, self.pid, self.identity, now, self.ready_fd, self.requests_fd, self.slots
+        )
 
 
 def fork_child(
