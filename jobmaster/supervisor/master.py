@@ -182,17 +182,14 @@ class Master:
         self.stopper.forward(signal.SIGUSR1)
 
     def handle_sighup(self) -> None:
-        """Rolling restart: new children first; each old one stops once one is ready.
+        """Rolling restart: new children first; each old one stops once one is
+        ready. Children still starting (from an earlier HUP) are already new:
+        only ready ones retire, so a second HUP never strands a generation.
 
-        Children still starting (from an earlier HUP) are already new: only
-        ready ones retire, so a second HUP never strands a generation.
-
-        It is also a fresh start for the crash-loop backoff: an empty slot
-        waiting out up to MAX_DELAY (often the very crash the operator has
-        just deployed a fix for) is forked now, and the old children, which
-        retire only once ``wanted`` new ones are ready, don't wait for it.
-        A new child that crashes again backs off from the first delay.
-        """
+        A fresh start for the crash-loop backoff too: an empty slot waiting out
+        up to MAX_DELAY (often the very crash the operator has just deployed a
+        fix for) is forked now, and the old children, which retire only once
+        ``wanted`` new ones are ready, don't wait for it."""
         if self.stopping:
             return
         self.respawns.clear()
@@ -294,7 +291,7 @@ class Master:
         self.stopper.retire_excess(self.wanted)
         if not self.announced_ready and self.children.ready() >= self.wanted:
             self.announced_ready = True
-            self.notifier.send(f"READY=1\nSTATUS={self.status()}")
+            self.notifier.send(f"READY=1\nSTATUS={self.children.ready()}/{self.wanted} children")
             log.info("all %d children up", self.wanted)
 
     def reap(self) -> None:
@@ -341,9 +338,6 @@ class Master:
         children = tuple(c.identity for c in self.children)
         memory = (self.memory.watch.container_mb or 0.0, self.memory.used_mb or 0.0)
         self.duties.publish(MasterState(self.wanted, self.quiet, self.stopping, children, *memory))
-
-    def status(self) -> str:
-        return f"{self.children.ready()}/{self.wanted} children"
 
     def update_title(self) -> None:
         state = "stopping" if self.stopping else "quiet" if self.quiet else ""
