@@ -7,8 +7,8 @@ of ``Child``, so no other module writes a state by hand):
     RUNNING, QUIET --retire (HUP)--> RETIRING (stopped once a replacement is ready)
     any --stop--> STOPPING (asked to go: its exit is expected, no crash)
 
-A slot waiting out its crash-loop backoff has no child at all: the master's
-``respawn_at`` holds it (backoff.py).
+A slot waiting out its crash-loop backoff has no child at all (backoff.py's
+``Respawns``), nor has one whose replacement the memory policy holds back.
 """
 
 from __future__ import annotations
