@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobmaster.middleware.base import Defer, JobContext, Middleware
+from jobmaster.scripts import Unlock
 
 KeySpec = str | Callable[[dict[str, Any]], str]
 
@@ -23,7 +24,7 @@ class WithoutOverlapping(Middleware):
 
     def lock(self, job: JobContext) -> str:
         name = self.key(job.payload) if callable(self.key) else self.key
-        return f"{job.keys.prefix}overlap:{name}"
+        return job.keys.overlap(name)
 
     def before_process(self, job: JobContext) -> None:
         lock = self.lock(job)
@@ -34,4 +35,4 @@ class WithoutOverlapping(Middleware):
             raise Defer(wait, f"another job holds {lock.rsplit(':', 1)[-1]}")
 
     def after_process(self, job: JobContext, error: BaseException | None) -> None:
-        job.scripts.unlock(keys=[self.lock(job)], args=[job.jid, "release", 0])
+        Unlock(lock_key=self.lock(job), jid=job.jid).run(job.scripts.unlock)
