@@ -93,7 +93,8 @@ class Master:
         try:
             self.spawn_missing()
             while not (self.stopping and not self.children):
-                self.wait()
+                for child in self.wait():
+                    self.read_ready(child)
                 self.handle_signals()
                 self.take_news()
                 self.reap()
@@ -118,9 +119,10 @@ class Master:
             if self.metrics is not None:
                 self.metrics.close()
 
-    def wait(self) -> None:
+    def wait(self) -> list[Child]:
         """Until a signal, a remote command, a child's byte, or the next deadline:
-        a respawn, a memory sample, a SIGKILL on time (not up to a second late)."""
+        a respawn, a memory sample, a SIGKILL on time (not up to a second late).
+        Returns the children whose pipes have something to say."""
         self.respawns.prune(self.wanted, self.children.indexes())
         now, respawn = time.monotonic(), self.respawns.next_due()
         waits = [1.0]  # at most a second: the loop's other duties are periodic
@@ -141,12 +143,9 @@ class Master:
             readable, writable = [], []
         self.signals.drain_wakeup()
         self.duties.drain_wakeup()
-        for fd in readable:
-            child = self.children.by_ready_fd(fd)
-            if child is not None:
-                self.read_ready(child)
         if metrics is not None:
             metrics.on_ready(readable, writable)  # never blocks: non-blocking sockets
+        return [c for fd in readable if (c := self.children.by_ready_fd(fd)) is not None]
 
     # -- signals -------------------------------------------------------------
     def handle_signals(self) -> None:
