@@ -78,14 +78,12 @@ class Master:
         if self.metrics is not None:
             self.metrics.start()  # a port in use fails here, before any fork
         self.signals.install()
-        queues = ",".join(self.config.queues)
-        threads = self.config.concurrency
         log.info(
             "master %s starting %d children x %d threads on %s",
             self.identity,
             self.wanted,
-            threads,
-            queues,
+            self.config.concurrency,
+            ",".join(self.config.queues),
         )
         self.duties.recover_left_behind()
         self.publish()
