@@ -83,7 +83,7 @@ class Child:
             self.state = QUIET if quiet else RUNNING
 
     def retire(self, reason: str, restart: str) -> None:
-        """HUP: replaced once a new child is ready (ChildTable's retire_excess)."""
+        """HUP: stopped once a new child is ready (Stopper.retire_excess)."""
         self.state = RETIRING
         self.stop_reason = reason
         self.restart_reason = restart
