@@ -119,3 +119,14 @@ def test_a_forged_expiry_runs_the_job(client: Client, store: redis.Redis) -> Non
     client.push({"job": "tests.record", "args": ["forged"], "expires_in": "soon"})
     assert testing.work() == Counter(done=1)
     assert json.loads(store.get(K.stat("processed")) or "0") == 1
+
+
+def test_an_expired_unique_job_frees_its_lock(client: Client, store: redis.Redis) -> None:
+    """It will never run: an until_executed lock kept would refuse its next enqueue."""
+    jid = jobs.unique_exec.options(expires_in=0.001).enqueue("u")
+    assert jid is not None
+    assert jobs.unique_exec.enqueue("u") is None  # locked while it waits
+    time.sleep(0.01)  # past its millisecond
+    assert testing.work() == Counter(expired=1)
+    assert store.keys(f"{K.prefix}unique:*") == []
+    assert jobs.unique_exec.enqueue("u") is not None
