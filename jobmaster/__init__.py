@@ -13,10 +13,12 @@ The producer API::
 from __future__ import annotations
 
 from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
+from jobmaster.api.cancels import cancel
 from jobmaster.client import Client, attempts, configure, status
 from jobmaster.errors import (
     ConfigError,
     EnqueueError,
+    JobCancelled,
     JobmasterError,
     JobTimeout,
     Permanent,
@@ -33,6 +35,7 @@ __all__ = [
     "ConfigError",
     "DeadSet",
     "EnqueueError",
+    "JobCancelled",
     "JobFunction",
     "JobTimeout",
     "JobmasterError",
@@ -47,6 +50,7 @@ __all__ = [
     "attempts",
     "batch",
     "batch_status",
+    "cancel",
     "chain",
     "chain_status",
     "configure",
