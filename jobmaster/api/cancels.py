@@ -47,6 +47,7 @@ PLACES = {
     "retrying": ("retry", "queue"),
     "working": (),
 }
+CANCELLABLE = frozenset(PLACES)  # the statuses of a job that has not ended
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Canceller:
             args=[jid, REQUEST_TTL, MAX_REQUESTS],
         )
         found = text(status) or None
-        if found not in PLACES:
+        if found not in CANCELLABLE:
             return Cancellation(jid, False, found)
         for place in PLACES[found]:
             removed = self._from_queues(jid) if place == "queue" else self._from_set(jid, place)
