@@ -31,8 +31,9 @@ from jobmaster import payload as wire
 from jobmaster.api.base import Backend, Connection, text
 from jobmaster.api.queues import Queue
 from jobmaster.api.sorted_sets import JobSet, RetrySet, ScheduledSet
+from jobmaster.scripts import Cancel, CancelRequest, CancelStep, FindQueued
 from jobmaster.unique import MODES
-from jobmaster.workflows.steps import finish_step_arguments, step_of
+from jobmaster.workflows.steps import step_of, workflow_step
 
 CANCELLED = "cancelled"  # the status of a cancelled job
 REQUEST_TTL = 7 * 24 * 3600  # seconds a request waits for its job (a requeued one may come late)
@@ -87,10 +88,15 @@ class Canceller:
 
     def cancel(self, jid: str) -> Cancellation:
         keys = self.backend.keys
-        status, _ = self.backend.scripts.cancel_request(
-            keys=[keys.status(jid), keys.cancels, keys.stat(CANCELLED)],
-            args=[jid, REQUEST_TTL, MAX_REQUESTS],
+        request = CancelRequest(
+            status_key=keys.status(jid),
+            cancels_key=keys.cancels,
+            cancelled_key=keys.stat(CANCELLED),
+            jid=jid,
+            keep_for=REQUEST_TTL,
+            most=MAX_REQUESTS,
         )
+        status, _ = request.run(self.backend.scripts.cancel_request)
         found = text(status) or None
         if found not in CANCELLABLE:
             return Cancellation(jid, False, found)
@@ -111,9 +117,8 @@ class Canceller:
         for queue in Queue.all(self.backend):
             start = 0
             while start >= 0:
-                reply = self.backend.scripts.find_queued(
-                    keys=[queue.key], args=[jid, start, FIND_PAGE]
-                )
+                find = FindQueued(queue_key=queue.key, jid=jid, start=start, size=FIND_PAGE)
+                reply = find.run(self.backend.scripts.find_queued)
                 if len(reply) == 1:
                     start = int(reply[0])
                     continue
@@ -131,24 +136,21 @@ class Canceller:
         failure, the chain stops), only if ``raw`` is still in ``source``."""
         backend, keys = self.backend, self.backend.keys
         lock = _unique_lock(payload)
-        call_keys = [source, keys.status(jid), keys.unique(lock or "-")]
-        call_args: list[Any] = [
-            kind,
-            raw,
-            CANCELLED if backend.status_ttl else "",
-            jid if lock else "",
-            backend.status_ttl or 1,
-        ]
+        call = Cancel(
+            source_key=source,
+            status_key=keys.status(jid),
+            lock_key=keys.unique(lock or "-"),
+            source_kind=kind,
+            entry=raw,
+            status=CANCELLED if backend.status_ttl else "",
+            unlock_jid=jid if lock else "",
+            status_ttl=backend.status_ttl or 1,
+        )
         step = step_of(payload) if payload is not None else None
         if step is None:
-            return bool(backend.scripts.cancel(keys=call_keys, args=call_args))
-        step_keys, step_args = finish_step_arguments(
-            keys, CANCELLED, step, bool(backend.status_ttl)
-        )
-        moved = backend.scripts.cancel_step(
-            keys=[*call_keys, *step_keys], args=[*call_args, jid, *step_args]
-        )
-        return bool(moved)
+            return bool(call.run(backend.scripts.cancel))
+        flow = workflow_step(keys, CANCELLED, step, bool(backend.status_ttl))
+        return bool(CancelStep(call, flow, jid).run(backend.scripts.cancel_step))
 
 
 def _decoded(raw: bytes) -> dict[str, Any] | None:
