@@ -13,7 +13,7 @@ import redis
 
 import jobmaster
 from jobmaster import payload as wire
-from jobmaster.api import Canceller, Queue, RetrySet, ScheduledSet
+from jobmaster.api import Canceller, Queue, RetrySet, ScheduledSet, Stats
 from jobmaster.api.cancels import FIND_PAGE
 from jobmaster.client import Client
 from jobmaster.keys import Keys
@@ -49,6 +49,7 @@ def test_a_queued_job_is_removed_at_once_and_marked_cancelled(
     assert client.status(keep) == "queued"
     assert jid in requested(store)  # harmless now; a copy fetched meanwhile would meet it
     assert store.get(K.stat("cancelled")) == b"1"
+    assert Stats(client).cancelled == 1 and Stats(client).as_dict()["cancelled"] == 1
 
 
 def test_a_job_deep_in_a_long_queue_is_found_page_by_page(

@@ -35,6 +35,8 @@ def test_a_queued_job_is_cancelled_exit_0(redis_url: str) -> None:
     assert result.output == f"{jid}: cancelled (removed from queue default)\n"
     assert Queue("default", client).size() == 0
     assert client.status(jid) == "cancelled"
+    stats = run("stats", "--redis-url", redis_url)
+    assert "cancelled: 1 total" in stats.output
 
 
 def test_an_ended_job_exits_1_with_one_line(redis_url: str) -> None:
