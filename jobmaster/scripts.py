@@ -24,6 +24,7 @@ adding one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,18 +36,18 @@ from redis.commands.core import Script
 Arg = str | bytes | int | float
 
 
-class ScriptCall:
+class ScriptCall(ABC):
     """A script's inputs by name: below each script, a frozen dataclass whose
     fields are its KEYS and ARGV, which ``keys()`` and ``argv()`` put in the
     order its Lua reads them. A caller that counted positions (``less the jid
     (ARGV[13])``) broke silently when a script grew an argument;
     tests/unit/test_script_builders.py pins each field to its index instead."""
 
-    def keys(self) -> list[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def keys(self) -> list[str]: ...
 
-    def argv(self) -> list[Arg]:
-        raise NotImplementedError
+    @abstractmethod
+    def argv(self) -> list[Arg]: ...
 
     def run(self, script: Script, client: Any = None) -> Any:
         """``script`` (the one this call is for) with these KEYS and ARGV, on
@@ -979,6 +980,29 @@ class Unlock(ScriptCall):
         return [self.jid, self.action, self.ttl]
 
 
+# RATE_COUNT: count one start in a rate limiter's window (middleware/rate_limit.py);
+# the window's counter expires on its own once the window is over.
+# KEYS[1] the window's counter; ARGV[1] its TTL (s)
+# Returns the count so far.
+RATE_COUNT = """
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return count
+"""
+
+
+@dataclass(frozen=True)
+class RateCount(ScriptCall):
+    counter_key: str
+    ttl: int
+
+    def keys(self) -> list[str]:
+        return [self.counter_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.ttl]
+
+
 # BATCH_CANCEL: mark a batch cancelled, only if it exists (a mistyped id must
 # not create an empty batch). Its jobs not yet started are skipped as fetched.
 # KEYS[1] the batch hash; ARGV[1] now (unix time)
@@ -1365,6 +1389,7 @@ class Scripts:
         self.queue_ends = client.register_script(QUEUE_ENDS)
         self.peek = client.register_script(PEEK)
         self.peek_list = client.register_script(PEEK_LIST)
+        self.rate_count = client.register_script(RATE_COUNT)
         self.cancel_request = client.register_script(CANCEL_REQUEST)
         self.find_queued = client.register_script(FIND_QUEUED)
         self.cancel = client.register_script(CANCEL)

@@ -249,6 +249,10 @@ def test_unlock() -> None:
     assert S.Unlock("k", "j").argv() == ["j", "release", 0]
 
 
+def test_rate_count() -> None:
+    check(named(S.RateCount), {"counter_key": 1}, {"ttl": 1})
+
+
 def test_batch_cancel() -> None:
     check(named(S.BatchCancel), {"batch_key": 1}, {"now": 1})
 
@@ -323,6 +327,7 @@ def test_every_builder_has_a_test_here() -> None:
         "Periodic",
         "PushUnique",
         "Unlock",
+        "RateCount",
         "BatchCancel",
         "Peek",
         "PeekList",
