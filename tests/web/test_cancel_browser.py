@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+import jobmaster
 from jobmaster.api import ProcessSet
 from jobmaster.client import Client
 from tests import jobs
@@ -32,7 +33,10 @@ def test_the_busy_page_s_cancel_button_stops_a_running_job(
     redis_url: str,
     screenshots: Path,
 ) -> None:
-    master = run_jobmaster("-c", str(write_config(processes=2, max_child_mb=512)))
+    jobmaster.configure(redis_url)  # .enqueue's default client: this test's Redis
+    # A beat a second: the page's busy counts catch up with the jobs quickly.
+    config = write_config(processes=2, max_child_mb=512, heartbeat_ttl=3)
+    master = run_jobmaster("-c", str(config))
     wait_for_worker(store, master)
     processes = ProcessSet(store)
     wait_until(lambda: len(processes.list()) == 3, timeout=30, message="master and 2 children")
@@ -48,6 +52,7 @@ def test_the_busy_page_s_cancel_button_stops_a_running_job(
         timeout=30,
         message="both jobs running",
     )
+    wait_until(lambda: sum(p.busy for p in processes.list()) == 4, timeout=10, message="beats")
 
     page.goto(dashboard_url + "/busy")
     row = page.locator("tr", has=page.locator(f'a[href="/jobs/{jid}"]'))
