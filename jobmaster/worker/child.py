@@ -73,7 +73,10 @@ def serve(
     master to read if it dies (slots.py). ``requests_fd``: the master's
     requests (pipes.py).
     """
-    worker = WorkerProcess(config, identity, slots)
+    # Only a child can be recycled after N jobs: a lone worker has nobody to
+    # start its replacement.
+    max_jobs = jittered(config.max_jobs_per_child) if ready_fd is not None else 0
+    worker = WorkerProcess(config, identity, slots, max_jobs=max_jobs)
     if quiet:
         worker.manager.quiet()
     worker.start()
@@ -146,10 +149,9 @@ class Steering:
         self.index = worker.ctx.identity.index
         self._last_dump = -DUMP_DEBOUNCE
         self._last_title = ""
-        # Only a child can be recycled after N jobs: a lone worker has nobody
-        # to start its replacement.
-        self.max_jobs = jittered(config.max_jobs_per_child) if pipe_fd is not None else 0
-        worker.manager.max_jobs = self.max_jobs
+        # Its processors stop fetching at max_jobs (manager.py); this thread
+        # asks the master for a replacement then.
+        self.max_jobs = worker.manager.max_jobs
         self.asked_for_replacement = False
         # Set when this child is being recycled: finish running jobs (at most
         # memory_grace), then stop for ``recycle_reason``. ``memory_cause``:
