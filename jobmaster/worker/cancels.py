@@ -99,6 +99,15 @@ class CancelWatch(threading.Thread):
         # have been cancelled long ago (requeued after a crash).
         run_periodically("cancel requests", self.poll, INTERVAL, self.stop_event)
 
+    def catch_up(self) -> None:
+        """The first read, before this process fetches: a job requeued after a
+        crash may have been cancelled meanwhile. A cancels key someone made of
+        another type (WRONGTYPE) must not stop the process from starting."""
+        try:
+            self.poll()
+        except redis.ResponseError as error:
+            log.warning("could not read the cancel requests (%s); carrying on", error)
+
     def poll(self) -> None:
         """Read what is new, and stop the running jobs it names."""
         self._read()

@@ -7,15 +7,26 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
 import jobmaster
+from jobmaster.api import Canceller, DeadSet, RetrySet
+from jobmaster.client import Client
+from jobmaster.config import Config
 from jobmaster.errors import JobCancelled
 from jobmaster.keys import Keys
 from jobmaster.worker.cancels import CancelWatch
+from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.executor import Executor
+from jobmaster.worker.fetch import Fetcher
+from jobmaster.worker.outcome import record
+from jobmaster.worker.process import WorkerProcess
+from jobmaster.worker.wakeup import WorkSignal
+from tests import jobs
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 K = Keys()
@@ -106,3 +117,52 @@ def test_a_steady_read_costs_nothing_new(watch: CancelWatch, store: redis.Redis)
     after = store.info("commandstats").get("cmdstat_zrange", {}).get("calls", 0)
     assert after - before == 1
     assert watch.requested("old7")
+
+
+def test_a_job_cancelled_between_fetch_and_start_never_runs(
+    make_config: Callable[..., Config], client: Client, store: redis.Redis, watch: CancelWatch
+) -> None:
+    """Fetched (in our in-progress list, status still "queued"), then cancelled:
+    the removal finds nothing waiting, the request stops it as it starts."""
+    ctx = WorkerContext.create(make_config(status_ttl=60))
+    try:
+        batch = jobmaster.batch(client=client)
+        with batch.jobs():
+            jid = jobs.record.enqueue("fetched-then-cancelled")
+        unit = Fetcher(ctx, WorkSignal()).fetch()
+        assert unit is not None and client.status(jid) == "queued"
+
+        result = Canceller(client).cancel(str(jid))
+        assert (result.cancelled, result.removed_from) == (True, None)
+        watch.poll()  # what the watch's thread does once a second
+        outcome = Executor.of(ctx, cancels=watch).run(unit)
+        assert record(ctx, unit.raw, outcome)
+    finally:
+        ctx.redis.close()
+    assert not store.sismember("test:started", "fetched-then-cancelled")
+    assert client.status(str(jid)) == "cancelled"
+    assert store.llen(ctx.inprogress_key) == 0  # acknowledged: in one place, none
+    assert client.attempts(str(jid)) == []  # no attempt: it never ran
+    assert store.get(K.stat("processed")) is None
+    assert store.sismember(K.batch_failed(batch.bid), str(jid))
+
+
+def test_a_running_unique_job_cancelled_frees_its_lock_and_is_not_retried(
+    make_config: Callable[..., Config],
+    running_worker: Callable[[Config], WorkerProcess],
+    client: Client,
+    store: redis.Redis,
+) -> None:
+    running_worker(make_config(status_ttl=60))
+    unique = jobs.stubborn.options(unique="until_executed")  # a loop: stops at a bytecode
+    jid = unique.enqueue("held", 60.0)
+    assert jid is not None
+    wait_until(lambda: client.status(jid) == "working", timeout=10, message="running")
+    assert unique.enqueue("held", 60.0) is None  # its lock is held
+
+    assert jobmaster.cancel(jid)
+
+    wait_until(lambda: client.status(jid) == "cancelled", timeout=5, message="cancelled")
+    assert not store.sismember("test:done", "held")
+    assert RetrySet(client).size() == 0 and DeadSet(client).size() == 0
+    assert unique.enqueue("held", 60.0) is not None  # the lock went with it
