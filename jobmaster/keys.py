@@ -129,7 +129,8 @@ class Keys:
     def cancels(self) -> str:
         """Sorted set of jids ``jobmaster.cancel`` was asked to stop, scored by
         when (Redis's clock): every worker process reads what is new in it
-        once a second, so a cancel reaches a job running on any host (cancel.py)."""
+        once a second, so a cancel reaches a job running on any host
+        (api/cancels.py, worker/cancels.py)."""
         return f"{self.prefix}cancels"
 
     # -- counters -------------------------------------------------------

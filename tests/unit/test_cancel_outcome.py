@@ -9,6 +9,7 @@ from typing import Any
 import jobmaster
 from jobmaster import payload as wire
 from jobmaster.errors import JobCancelled
+from jobmaster.metrics.jobs import JobMetrics
 from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import Kind, NotStarted, Ran, conclude
@@ -53,3 +54,13 @@ def test_a_cancelled_job_is_a_failure_of_its_batch_and_stops_its_chain() -> None
     assert BATCH_EVENTS[Kind.CANCELLED] == "failed"
     chain = {"id": "c1", "rest": [{"job": "x", "args": [], "kwargs": {}, "options": {}}]}
     assert follow_up(Kind.CANCELLED, chain, 1.0).event == "failed"  # no next step
+
+
+def test_only_a_job_that_ran_is_counted_in_the_metrics() -> None:
+    metrics = JobMetrics()
+    metrics.observe_outcome(conclude(read(), NotStarted(), 1.0, 1.0), "default")
+    assert metrics.snapshot() == {}
+    ran = conclude(read(), Ran(JobCancelled("stop")), 1.0, 3.0)
+    metrics.observe_outcome(ran, "default")
+    [series] = metrics.snapshot().values()
+    assert (series.processed, series.failed) == (1, 1)
