@@ -1207,7 +1207,9 @@ class QueueEnds(ScriptCall):
 # look is never told it "will not run" when it already ran. The request is a
 # member of the cancels set scored by Redis's own clock (no skew between the
 # hosts whose workers read it), trimmed by age and count: a flood of
-# requests costs a bounded set, not Redis's memory.
+# requests costs a bounded set, not Redis's memory. A cancels key of another
+# type (forged) is replaced: else every cancel, and every worker's read of it,
+# would fail from then on.
 # KEYS[1] the job's status key, KEYS[2] the cancels set, KEYS[3] the
 # cancelled total (counts each job once, at its first request)
 # ARGV[1] jid, ARGV[2] seconds a request is kept, ARGV[3] most requests kept
@@ -1218,6 +1220,8 @@ local status = redis.pcall('GET', KEYS[1])
 if type(status) ~= 'string' then return {'', 0} end
 local live = {queued = true, scheduled = true, retrying = true, working = true}
 if not live[status] then return {status, 0} end
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', KEYS[2]) end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local added = redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1])
@@ -1253,13 +1257,15 @@ class CancelRequest(ScriptCall):
 # walk see an entry twice, so an entry that stays queued is never skipped.
 # An entry is the job's when it holds the jid and decodes to an object whose
 # ``jid`` it is (an argument that mentions the jid is no match); one cjson
-# cannot decode is matched by its ``"jid":"<jid>"`` text. Read-only.
+# cannot decode is matched by its ``"jid":"<jid>"`` text. A key that is not
+# a list (forged) holds no job. Read-only.
 # KEYS[1] the queue list
 # ARGV[1] jid, ARGV[2] first index of the page, ARGV[3] page size
 # Returns {index, entry} when found, {next page's index} when not, {-1} at
 # the end of the list.
 FIND_QUEUED = """
 local jid, start, size = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {-1} end
 local page = redis.call('LRANGE', KEYS[1], start, start + size - 1)
 for i, entry in ipairs(page) do
   if string.find(entry, jid, 1, true) then

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from jobmaster import payload as wire
 from jobmaster.api.base import Backend, Connection, text
 from jobmaster.api.queues import Queue
@@ -108,7 +110,10 @@ class Canceller:
 
     def _from_set(self, jid: str, place: str) -> str | None:
         job_set: JobSet = (ScheduledSet if place == "scheduled" else RetrySet)(self.backend)
-        entry = job_set.find(jid)
+        try:
+            entry = job_set.find(jid)
+        except redis.ResponseError:  # the set's key forged as another type: no job there
+            return None
         if entry is None:
             return None
         return place if self._remove(job_set.key, "zset", entry.raw, entry.payload, jid) else None

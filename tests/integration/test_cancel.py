@@ -153,3 +153,21 @@ def test_the_request_trims_itself(client: Client, store: redis.Redis) -> None:
     store.set(K.status("d" * 24), "working")
     assert jobmaster.cancel("d" * 24)
     assert requested(store) == {"d" * 24}
+
+
+def test_forged_keys_of_another_type_do_not_stop_a_cancel(
+    client: Client, store: redis.Redis
+) -> None:
+    """SPEC §8: every key may be forged. The cancels set as a string, a queue
+    and the scheduled set as other types: the cancel still finds its job."""
+    store.set(K.cancels, "forged")
+    store.hset(K.queue("aaa"), "forged", "1")  # listed first, not a list
+    store.sadd(K.queues, "aaa")
+    store.rpush(K.scheduled, "forged")
+    jid = jobs.record.options(queue="zzz").enqueue("x")
+    assert jid is not None
+    assert Canceller(client).cancel(jid).removed_from == "queue zzz"
+    assert requested(store) == {jid}  # the forged key was replaced
+    scheduled = "e" * 24
+    store.set(K.status(scheduled), "scheduled")
+    assert Canceller(client).cancel(scheduled).cancelled  # a request, the set unreadable

@@ -166,3 +166,14 @@ def test_a_running_unique_job_cancelled_frees_its_lock_and_is_not_retried(
     assert not store.sismember("test:done", "held")
     assert RetrySet(client).size() == 0 and DeadSet(client).size() == 0
     assert unique.enqueue("held", 60.0) is not None  # the lock went with it
+
+
+def test_a_forged_cancels_key_neither_stops_a_start_nor_later_cancels(
+    watch: CancelWatch, store: redis.Redis
+) -> None:
+    store.set(K.cancels, "forged")
+    watch.catch_up()  # logged, not raised: the process starts
+    jid = working(store, "f" * 24)
+    assert jobmaster.cancel(jid)  # replaces the forged key
+    watch.poll()
+    assert watch.requested(jid)
