@@ -154,11 +154,11 @@ def main() -> None:
 @reports_errors
 def run(config_file: str | None, debug: bool, **overrides: Any) -> None:
     """Start the master and its children (the default command). Flags override the file."""
-    from jobmaster.supervisor.master import Master
+    from jobmaster.supervisor.build import build_master
 
     config = load(config_file, overrides)
     with prepared(config) as embedded:
-        code = Master(config, embedded).run()
+        code = build_master(config, embedded).run()
     sys.exit(code)
 
 

@@ -23,11 +23,11 @@ from jobmaster import payload as wire
 from jobmaster.client import Client, default_client
 from jobmaster.config import Config
 from jobmaster.connection import byte_list
+from jobmaster.identity import Identity
 from jobmaster.job import INLINE
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.outcome import record, run_hook
 from jobmaster.worker.wakeup import WorkSignal
 

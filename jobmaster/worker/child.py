@@ -32,6 +32,7 @@ import traceback
 from jobmaster import exitcodes
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
+from jobmaster.identity import Identity
 from jobmaster.metrics.jobs import Reporter
 from jobmaster.pipes import MAX_JOBS, PUSH_BACK, READY, RECYCLE, STUCK, RequestReader
 from jobmaster.poison import crash_triage
@@ -39,7 +40,6 @@ from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import DUMP, MASTER_ONLY, QUIET, RESUME, STOP, STOP_NOW, SignalQueue
 from jobmaster.signals import name as signal_name
 from jobmaster.slots import StartedSlots
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.manager import Blame
 from jobmaster.worker.process import WorkerProcess
 

@@ -22,13 +22,13 @@ import redis
 
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
+from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher, Unit
-from jobmaster.worker.loop import OUTAGE_BACKOFF, OutageLog
 from jobmaster.worker.outcome import Outcome, record, run_hook
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.running import RunningTable

@@ -21,13 +21,13 @@ from jobmaster import crypto
 from jobmaster.config import Config
 from jobmaster.connection import wait_for_redis, when_reachable
 from jobmaster.errors import JobTimeout
+from jobmaster.identity import Identity
 from jobmaster.procmem import measure_mb
 from jobmaster.recovery import RecoveryReport
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.manager import Blame, Manager
 from jobmaster.worker.outcome import Ran, conclude
 from jobmaster.worker.poller import ScheduledPoller
