@@ -13,11 +13,13 @@ The producer API::
 from __future__ import annotations
 
 from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
+from jobmaster.api.cancels import cancel
 from jobmaster.client import Client, attempts, configure, status
 from jobmaster.current import JobInfo, current_job
 from jobmaster.errors import (
     ConfigError,
     EnqueueError,
+    JobCancelled,
     JobmasterError,
     JobTimeout,
     Permanent,
@@ -35,6 +37,7 @@ __all__ = [
     "ConfigError",
     "DeadSet",
     "EnqueueError",
+    "JobCancelled",
     "JobFunction",
     "JobInfo",
     "JobTimeout",
@@ -50,6 +53,7 @@ __all__ = [
     "attempts",
     "batch",
     "batch_status",
+    "cancel",
     "chain",
     "chain_status",
     "configure",

@@ -47,6 +47,7 @@ class Stats:
     failed: int
     processed_today: int
     failed_today: int
+    cancelled: int  # jobs jobmaster.cancel stopped or removed (total, counted once each)
     expired: int  # jobs not run: fetched after their expires_in (expiry.py)
     expired_today: int
     scheduled_size: int
@@ -77,6 +78,7 @@ class Stats:
             keys.stat("failed"),
             keys.stat_day("processed", today),
             keys.stat_day("failed", today),
+            keys.stat("cancelled"),
             keys.stat("expired"),
             keys.stat_day("expired", today),
         )
@@ -87,7 +89,7 @@ class Stats:
         # A key of the wrong type (forged, or written by something else)
         # answers WRONGTYPE: read as empty, so one such key cannot take down
         # ``stats``, ``queue list`` and every page (SPEC §8).
-        first = answers(pipe, [None] * 6, 0, 0, 0, set(), set(), set(), set())
+        first = answers(pipe, [None] * 7, 0, 0, 0, set(), set(), set(), set())
         counters, scheduled, retry, dead, known, paused, workers, masters = first
         queues, paused_names = texts(set(known) | set(paused)), set(texts(paused))
         worker_ids, master_ids = texts(workers), texts(masters)
@@ -111,6 +113,7 @@ class Stats:
             self.failed,
             self.processed_today,
             self.failed_today,
+            self.cancelled,
             self.expired,
             self.expired_today,
         ) = (int(number(value)) for value in counters)
@@ -142,8 +145,8 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         """Everything as plain JSON-ready values (``jobmaster stats --json``)."""
         names = [
-            *("processed", "failed", "processed_today", "failed_today", "expired"),
-            *("expired_today", "scheduled_size"),
+            *("processed", "failed", "processed_today", "failed_today", "cancelled"),
+            *("expired", "expired_today", "scheduled_size"),
             *("retry_size", "dead_size", "enqueued", "busy", "processes", "masters", "taken_at"),
         ]
         return {

@@ -44,13 +44,14 @@ class JobMetrics:
 
     def observe_outcome(self, outcome: Outcome, queue: str) -> None:
         """Count a recorded outcome: a run, failed or not. A job held back by
-        middleware (``deferred``) or skipped (its batch cancelled) did not run and
-        is not counted; an expired one did not run either, and has its own count."""
-        if outcome.kind in ("deferred", "skipped"):
-            return
+        middleware (``deferred``), skipped (its batch cancelled) or cancelled
+        before it started did not run and is not counted; an expired one did not
+        run either, and has a count of its own."""
         job = outcome.job if registry.lookup(outcome.job) is not None else UNREGISTERED
         if outcome.kind == "expired":
             self.observe_expired(job, queue)
+            return
+        if not outcome.attempted:
             return
         ran = outcome.started_at > 0 and outcome.ended_at >= outcome.started_at
         seconds = outcome.ended_at - outcome.started_at if ran else None

@@ -15,8 +15,10 @@ Each job logs one ``job.start`` line and one end line named after its
 outcome: ``job.done`` (INFO), ``job.retry`` or ``job.failed`` (retry off;
 WARNING), ``job.dead`` (ERROR), with ``duration_ms`` and, for a failure, the
 error's class and message. A job held back by middleware logs
-``job.deferred`` instead, a job of a cancelled batch ``job.skipped``, and
-a job fetched after its ``expires_in`` ``job.expired`` (it does not run).
+``job.deferred`` instead, a job of a cancelled batch ``job.skipped``, a
+job stopped by ``jobmaster.cancel`` (running, or before it started)
+``job.cancelled`` (WARNING), and a job fetched after its ``expires_in``
+``job.expired`` (it does not run).
 The lines carry the jid, job name and queue, never the arguments: those may
 be secrets (``encrypt=True``) or personal data.
 """
@@ -33,13 +35,14 @@ import redis
 
 from jobmaster import payload as wire
 from jobmaster.current import running_job
-from jobmaster.errors import JobTimeout
+from jobmaster.errors import JobCancelled, JobTimeout
 from jobmaster.job import JobFunction
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
 from jobmaster.middleware.base import Defer, JobContext
 from jobmaster.scripts import Scripts, Unlock
 from jobmaster.worker.acks import Acks
+from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
@@ -48,6 +51,7 @@ from jobmaster.worker.outcome import (
     Expired,
     HeldBack,
     Kind,
+    NotStarted,
     Outcome,
     Ran,
     Refused,
@@ -79,10 +83,16 @@ class Executor:
     worker: str  # this process's identity, for middleware
     acks: Acks  # where the "working" mark goes
     watchdog: Watchdog | None = None  # job timeouts; None: no limit enforced
+    cancels: CancelWatch | None = None  # jobmaster.cancel's requests; None: not heard
 
     @classmethod
-    def of(cls, ctx: WorkerContext, watchdog: Watchdog | None = None) -> Executor:
-        return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.acks, watchdog)
+    def of(
+        cls,
+        ctx: WorkerContext,
+        watchdog: Watchdog | None = None,
+        cancels: CancelWatch | None = None,
+    ) -> Executor:
+        return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.acks, watchdog, cancels)
 
     def run(self, unit: Unit) -> Outcome:
         """Run the job in ``unit`` and say how it ended (and when)."""
@@ -93,10 +103,9 @@ class Executor:
             outcome = bad_payload(unit.raw, str(error), unit.queue, started, time.time())
             _log_buried(outcome, unit.queue, str(error))
             return outcome
-        if job.expires_at is not None and started > job.expires_at:  # no Redis read
-            return self._end(job, Expired(job.payload.get("expires_in")), started)
-        if steps.cancelled(self.client, self.keys, job.step):
-            return self._end(job, Skipped(), started)
+        not_run = self._not_to_run(job, started)
+        if not_run is not None:
+            return self._end(job, not_run, started)
         function = job.function
         if function is None or job.refused is not None:
             return self._end(job, Refused(job.refused or "not registered"), started)
@@ -119,17 +128,28 @@ class Executor:
             hooks.after_process(chain, around, ending.error)
         return outcome
 
+    def _not_to_run(self, job: FetchedJob, now: float) -> Expired | Skipped | NotStarted | None:
+        """Why a read job is not to run at all, if it is not: cheapest look first."""
+        if job.expires_at is not None and now > job.expires_at:  # its payload alone
+            return Expired(job.payload.get("expires_in"))
+        if steps.cancelled(self.client, self.keys, job.step):
+            return Skipped()
+        if self.cancels is not None and self.cancels.requested(job.jid):
+            return NotStarted()  # a local look: no round trip
+        return None
+
     def _call(self, job: FetchedJob, function: JobFunction[..., Any]) -> tuple[Ran, float]:
         """Call the job's function under its timeout: how it ended, and how long
         it took (seconds)."""
         started = time.monotonic()
         self._release_until_started(job)
         args, kwargs = job.arguments
-        watchdog = self.watchdog
+        watchdog, cancels = self.watchdog, self.cancels
         try:
             # running_in: jobmaster.current_batch() for the job's code;
             # running_job: jobmaster.current_job().
             with (
+                cancels.running(job.jid) if cancels else nullcontext(),
                 watchdog.deadline(job, job.timeout) if watchdog else nullcontext(),
                 running_in(job.payload),
                 running_job(job.wire, job.queue),
@@ -138,6 +158,8 @@ class Executor:
         except BaseException as error:  # a job's SystemExit must not end the thread either
             if isinstance(error, JobTimeout) and not str(error):
                 error = JobTimeout(f"ran past its timeout of {job.timeout:g}s")
+            elif isinstance(error, JobCancelled) and not str(error):
+                error = JobCancelled("cancelled while running (jobmaster.cancel)")
             return Ran(error), time.monotonic() - started
         return Ran(), time.monotonic() - started
 
@@ -201,6 +223,13 @@ def _log_end(outcome: Outcome, ending: Ending, context: dict[str, Any], took: fl
     elif isinstance(ending, HeldBack):
         message = "held back for %.1fs: %s"
         _event(logging.INFO, "job.deferred", context, message, ending.seconds, ending.reason)
+    elif isinstance(ending, NotStarted):
+        _event(logging.WARNING, "job.cancelled", context, "cancelled before it started")
+    elif outcome.kind is Kind.CANCELLED:
+        ms = (took or 0.0) * 1000
+        message = "cancelled after %.1f ms: %s"
+        fields = {"duration_ms": ms, "error": outcome.error}
+        _event(logging.WARNING, "job.cancelled", context, message, ms, outcome.reason, **fields)
     elif outcome.kind is Kind.DONE:
         ms = (took or 0.0) * 1000
         _event(logging.INFO, "job.done", context, "done in %.1f ms", ms, duration_ms=ms)

@@ -24,7 +24,7 @@ import redis
 
 from jobmaster import payload as wire
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
-from jobmaster.errors import Permanent
+from jobmaster.errors import JobCancelled, Permanent
 from jobmaster.job import JobOptions
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
@@ -39,6 +39,7 @@ log = logging.getLogger("jobmaster.worker.outcome")
 MAX_BACKTRACE_LINES = 40
 RECORD_ATTEMPTS_FOR = 30.0  # seconds an outcome keeps being retried (a Redis restart)
 SKIPPED_REASON = "its batch was cancelled"
+CANCELLED_REASON = "cancelled before it started"
 
 
 class Kind(str, Enum):
@@ -51,6 +52,7 @@ class Kind(str, Enum):
     DROPPED = "dropped"  # failed with retry off
     DEFERRED = "deferred"  # held back by middleware: not an attempt
     SKIPPED = "skipped"  # its batch was cancelled: not run
+    CANCELLED = "cancelled"  # jobmaster.cancel: stopped while running, or never started
     EXPIRED = "expired"  # fetched after its expires_in: not run (expiry.py)
 
     def __str__(self) -> str:  # "done" in log lines, not "Kind.DONE"
@@ -64,6 +66,7 @@ STATUS = {
     Kind.DROPPED: "failed",
     Kind.DEFERRED: "scheduled",
     Kind.SKIPPED: "skipped",
+    Kind.CANCELLED: "cancelled",
     Kind.EXPIRED: "expired",
 }
 
@@ -90,6 +93,15 @@ class Outcome:
         """What ``jobmaster.status(jid)`` says after this outcome."""
         return STATUS[self.kind]
 
+    @property
+    def attempted(self) -> bool:
+        """Its code ran: an attempt, counted and kept in its history. A deferred
+        or skipped job made none, nor did an expired one, nor one cancelled before
+        it started."""
+        if self.kind is Kind.CANCELLED:
+            return self.failed  # stopped while running: a failed attempt
+        return self.kind not in (Kind.DEFERRED, Kind.SKIPPED, Kind.EXPIRED)
+
 
 # -- how a read job's run ended (executor.py), made into its one outcome ------
 
@@ -115,6 +127,12 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class NotStarted:
+    """``jobmaster.cancel`` reached it before it started (worker/cancels.py): not
+    run, not retried; its batch counts a failure, its unique lock is freed."""
+
+
+@dataclass(frozen=True)
 class Refused:
     """It cannot run (not registered here, arguments refused): buried as it is."""
 
@@ -129,7 +147,7 @@ class Expired:
     expires_in: object  # as the payload says it, for the reason
 
 
-Ending = Ran | HeldBack | Skipped | Refused | Expired
+Ending = Ran | HeldBack | Skipped | NotStarted | Refused | Expired
 
 
 def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float) -> Outcome:
@@ -142,27 +160,8 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
     """
     if isinstance(ending, Refused):
         return bad_payload(job.raw, ending.reason, job.queue, started_at, ended_at)
-    if isinstance(ending, Skipped):
-        return Outcome(
-            Kind.SKIPPED,
-            job.jid,
-            job.name,
-            reason=SKIPPED_REASON,
-            started_at=started_at,
-            ended_at=ended_at,
-            workflow=job.step,
-        )
-    if isinstance(ending, Expired):
-        return Outcome(
-            Kind.EXPIRED,
-            job.jid,
-            job.name,
-            reason=f"not started within {ending.expires_in}s of its creation",
-            unique_digest=job.until_executed,  # released: it will never run
-            started_at=started_at,
-            ended_at=ended_at,
-            workflow=job.step,
-        )
+    if isinstance(ending, Skipped | Expired):
+        return _not_run(job, ending, started_at, ended_at)
     if isinstance(ending, HeldBack):
         return Outcome(
             Kind.DEFERRED,
@@ -175,6 +174,8 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
             started_at=started_at,
             ended_at=ended_at,
         )
+    if isinstance(ending, NotStarted) or isinstance(ending.error, JobCancelled):
+        return _cancelled(job, ending, started_at, ended_at)
     error, options = ending.error, job.options
     hook = _hook(job.wire, options, error)
     if error is None:
@@ -199,6 +200,49 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
         reason=verdict.reason,
         error=verdict.error,
         hook=hook if verdict.kind in (Kind.DEAD, Kind.DROPPED) else None,
+        unique_digest=job.until_executed,
+        workflow=job.step,
+        started_at=started_at,
+        ended_at=ended_at,
+    )
+
+
+def _not_run(
+    job: FetchedJob, ending: Skipped | Expired, started_at: float, ended_at: float
+) -> Outcome:
+    """Never run: its batch was cancelled, or it expired. Either moves its batch
+    or chain; an expired job's ``until_executed`` lock is released (it will never
+    run), while a skipped one names none, as before."""
+    if isinstance(ending, Skipped):
+        kind, reason, lock = Kind.SKIPPED, SKIPPED_REASON, None
+    else:
+        reason = f"not started within {ending.expires_in}s of its creation"
+        kind, lock = Kind.EXPIRED, job.until_executed
+    return Outcome(
+        kind,
+        job.jid,
+        job.name,
+        reason=reason,
+        unique_digest=lock,
+        started_at=started_at,
+        ended_at=ended_at,
+        workflow=job.step,
+    )
+
+
+def _cancelled(
+    job: FetchedJob, ending: NotStarted | Ran, started_at: float, ended_at: float
+) -> Outcome:
+    """Stopped by ``jobmaster.cancel``: status cancelled, no retry, no dead set,
+    no hook (nothing failed); a failure for its batch, the end of its chain."""
+    error = ending.error if isinstance(ending, Ran) else None
+    return Outcome(
+        Kind.CANCELLED,
+        job.jid,
+        job.name,
+        failed=error is not None,  # it ran: a failed attempt, counted as one
+        reason=CANCELLED_REASON if error is None else str(error),
+        error=f"{type(error).__name__}: {error}" if error is not None else "",
         unique_digest=job.until_executed,
         workflow=job.step,
         started_at=started_at,
@@ -351,7 +395,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     target = {"retry": keys.retry, "dead": keys.dead, "deferred": keys.scheduled}.get(
         outcome.kind, keys.dead
     )
-    ran = outcome.kind not in (Kind.DEFERRED, Kind.SKIPPED, Kind.EXPIRED)
+    ran = outcome.attempted
     # What FINISH counts as it acknowledges (its "processed" keys): a run, or
     # for a job that expired, the expired counters (the job did not run).
     counted = "expired" if outcome.kind is Kind.EXPIRED else "processed"
