@@ -448,10 +448,7 @@ def test_jobs_run_subprocesses_and_a_dead_child_leaves_none_behind(
     assert owner is not None
     psutil.Process(owner).kill()
     wait_until(
-        lambda: (
-            not psutil.pid_exists(sleeper)
-            or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
-        ),
+        lambda: not alive(sleeper),
         timeout=5,
         message="the job's subprocess was killed with its child",
     )
@@ -496,9 +493,7 @@ def test_a_job_stuck_in_c_past_its_timeout_gets_its_child_recycled(
     wait_until(lambda: store.scard("test:done") == 2, timeout=20)
     assert runs(store, "other1") == runs(store, "other2") == 1
     wait_until(
-        lambda: (
-            not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
-        ),
+        lambda: not alive(first),
         timeout=20,
         message="the stuck child is gone",
     )
