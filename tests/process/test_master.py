@@ -17,6 +17,7 @@ import redis
 from jobmaster import exitcodes
 from jobmaster.client import Client
 from jobmaster.keys import Keys
+from jobmaster.supervisor.master import DUTIES_GRACE
 from tests.helpers import holds_for, wait_until
 from tests.process.conftest import JobmasterProcess
 
@@ -233,7 +234,9 @@ def test_term_pushes_back_a_long_job_and_the_next_master_runs_it(
     begun = time.monotonic()
     (master.signal_group if to_group else master.signal)(signal.SIGTERM)
     assert master.wait(timeout=15) == 0
-    assert time.monotonic() - begun < 2 + 2
+    # shutdown_timeout, then at most DUTIES_GRACE for the Redis thread's last
+    # pass (the push-back itself is the child's): the design's bound, not the 60 s job's.
+    assert time.monotonic() - begun < 2 + DUTIES_GRACE + 1
     [payload] = [json.loads(raw) for raw in store.lrange(K.queue("default"), 0, -1)]
     assert payload["jid"] == jid
     assert not psutil.pid_exists(inprogress_owner(store, jid) or -1)
