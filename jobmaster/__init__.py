@@ -13,14 +13,17 @@ The producer API::
 from __future__ import annotations
 
 from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
-from jobmaster.client import Client, attempts, configure, status
+from jobmaster.client import Client, attempts, configure, result, status
 from jobmaster.errors import (
     ConfigError,
     EnqueueError,
+    JobFailed,
     JobmasterError,
     JobTimeout,
     Permanent,
     PoisonPill,
+    ResultPending,
+    UnknownJob,
 )
 from jobmaster.job import JobFunction, job
 from jobmaster.workflows.batch import Batch, batch, batch_status, current_batch
@@ -33,6 +36,7 @@ __all__ = [
     "ConfigError",
     "DeadSet",
     "EnqueueError",
+    "JobFailed",
     "JobFunction",
     "JobTimeout",
     "JobmasterError",
@@ -40,10 +44,12 @@ __all__ = [
     "PoisonPill",
     "ProcessSet",
     "Queue",
+    "ResultPending",
     "RetrySet",
     "ScheduledSet",
     "Signature",
     "Stats",
+    "UnknownJob",
     "attempts",
     "batch",
     "batch_status",
@@ -53,6 +59,7 @@ __all__ = [
     "current_batch",
     "job",
     "redis_info",
+    "result",
     "status",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,256 @@
+"""``jobmaster.result``: reading and waiting for a job's end, on a real Redis.
+
+The job's end is written here as the worker's FINISH writes it (status,
+result, attempt, then a message on the job's ended channel), so that the
+waiting protocol is tested on its own; tests/process/test_results.py runs
+real jobs through a real master.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import jobmaster
+from jobmaster import results
+from jobmaster.client import Client
+from jobmaster.keys import Keys
+from tests.helpers import wait_until
+
+K = Keys()
+JID = "0123456789abcdef01234567"
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def end(
+    store: redis.Redis,
+    jid: str,
+    status: str,
+    result: Any = None,
+    *,
+    error: tuple[str, str] | None = None,
+    publish: bool = True,
+) -> None:
+    """Write a job's end as FINISH does: status, result (if not None), last attempt, message."""
+    pipe = store.pipeline(transaction=True)
+    pipe.set(K.status(jid), status, ex=60)
+    if result is not None:
+        pipe.set(K.result(jid), json.dumps(result), ex=60)
+    attempt = {
+        "started_at": time.time() - 1,
+        "ended_at": time.time(),
+        "outcome": status,
+        "error_class": error[0] if error else None,
+        "error_message": error[1] if error else None,
+        "worker": "host:1:abc",
+    }
+    pipe.rpush(K.attempts(jid), json.dumps(attempt))
+    pipe.execute()
+    if publish:
+        store.publish(K.ended_channel(jid), status)
+
+
+def calls(store: redis.Redis) -> Counter[str]:
+    """Commands Redis has executed so far, by name (INFO commandstats)."""
+    stats = store.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+@pytest.fixture
+def working(store: redis.Redis) -> Iterator[str]:
+    store.set(K.status(JID), "working", ex=60)
+    yield JID
+
+
+def test_a_complete_job_returns_its_value(client: Client, store: redis.Redis) -> None:
+    end(store, JID, "complete", {"total": 3, "items": [1, 2]})
+    assert client.result(JID) == {"total": 3, "items": [1, 2]}
+    assert client.result(JID, wait=5) == {"total": 3, "items": [1, 2]}
+
+
+def test_a_complete_job_without_a_stored_result_returned_none(
+    client: Client, store: redis.Redis
+) -> None:
+    end(store, JID, "complete")
+    assert client.result(JID) is None
+
+
+def test_an_unknown_jid_raises_unknown_job_a_lookup_error(client: Client) -> None:
+    with pytest.raises(jobmaster.UnknownJob) as raised:
+        client.result(JID, wait=3)
+    assert isinstance(raised.value, LookupError)
+    assert raised.value.jid == JID
+
+
+def test_a_dead_job_raises_job_failed_with_its_last_error(
+    client: Client, store: redis.Redis
+) -> None:
+    end(store, JID, "dead", error=("ValueError", "failing on purpose"))
+    with pytest.raises(jobmaster.JobFailed) as raised:
+        client.result(JID)
+    failed = raised.value
+    assert (failed.status, failed.error_class, failed.error_message) == (
+        "dead",
+        "ValueError",
+        "failing on purpose",
+    )
+    assert "ValueError: failing on purpose" in str(failed)
+
+
+def test_a_poison_pill_takes_its_error_from_the_dead_set(
+    client: Client, store: redis.Redis
+) -> None:
+    """Buried by the master: no attempt says why (the last one, if any, was a
+    retry of an earlier error), the dead-set entry does."""
+    end(store, JID, "retrying", error=("ValueError", "an earlier failure"), publish=False)
+    store.set(K.status(JID), "dead")
+    reason = "the worker process died while running this job 3 times: SIGKILL"
+    entry = {"jid": JID, "job": "x", "crash_count": 3, "dead_reason": reason}
+    store.zadd(K.dead, {json.dumps({"jid": "f" * 24, "job": "other"}): 1, json.dumps(entry): 2})
+    with pytest.raises(jobmaster.JobFailed) as raised:
+        client.result(JID)
+    assert (raised.value.error_class, raised.value.error_message) == ("PoisonPill", reason)
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled", "expired", "skipped"])
+def test_other_ends_without_a_result_raise_job_failed(
+    client: Client, store: redis.Redis, status: str
+) -> None:
+    store.set(K.status(JID), status)
+    with pytest.raises(jobmaster.JobFailed) as raised:
+        client.result(JID)
+    assert raised.value.status == status
+    assert raised.value.error_class is None and raised.value.error_message is None
+
+
+def test_a_job_not_ended_raises_result_pending_a_timeout_error(
+    client: Client, working: str
+) -> None:
+    with pytest.raises(jobmaster.ResultPending) as at_once:
+        client.result(working)
+    assert isinstance(at_once.value, TimeoutError) and at_once.value.status == "working"
+    started = time.monotonic()
+    with pytest.raises(jobmaster.ResultPending):
+        client.result(working, wait=0.5)
+    assert 0.5 <= time.monotonic() - started < 3
+
+
+def test_a_waiter_wakes_when_the_job_ends(client: Client, store: redis.Redis, working: str) -> None:
+    ended_at: list[float] = []
+
+    def finish() -> None:
+        time.sleep(0.3)
+        end(store, working, "complete", [1, "two"])
+        ended_at.append(time.monotonic())
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    try:
+        assert client.result(working, wait=20) == [1, "two"]
+        woke = time.monotonic()
+    finally:
+        writer.join()
+    assert woke - ended_at[0] < 0.5  # a pub/sub hop, not RECHECK_EVERY (5 s)
+
+
+def test_several_waiters_all_wake(client: Client, store: redis.Redis, working: str) -> None:
+    got: list[Any] = []
+    waiters = [
+        threading.Thread(target=lambda: got.append(client.result(working, wait=20)))
+        for _ in range(3)
+    ]
+    for waiter in waiters:
+        waiter.start()
+    wait_until(lambda: store.pubsub_numsub(K.ended_channel(working))[0][1] == 3, timeout=5)
+    started = time.monotonic()
+    end(store, working, "complete", 7)
+    for waiter in waiters:
+        waiter.join(timeout=10)
+    assert got == [7, 7, 7] and time.monotonic() - started < 2
+
+
+def test_an_end_between_the_first_read_and_the_subscription_is_not_missed(
+    client: Client, store: redis.Redis, working: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lost wake-up: the job ends (and publishes to nobody) after the first
+    read saw it working. The read made once subscribed sees it."""
+    real_read = results.read
+    reads: list[str | None] = []
+
+    def read_then_end(*args: Any) -> results.Snapshot:
+        found = real_read(*args)
+        if not reads:
+            end(store, working, "complete", "late")  # published before we listen
+        reads.append(found.status)
+        return found
+
+    monkeypatch.setattr(results, "read", read_then_end)
+    started = time.monotonic()
+    assert client.result(working, wait=20) == "late"
+    assert time.monotonic() - started < 2  # not a RECHECK_EVERY later
+    assert reads == ["working", "complete"]
+
+
+def test_a_lost_message_costs_a_recheck_not_the_whole_wait(
+    client: Client, store: redis.Redis, working: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(results, "RECHECK_EVERY", 0.5)
+    timer = threading.Timer(0.3, lambda: end(store, working, "complete", 1, publish=False))
+    timer.start()
+    started = time.monotonic()
+    try:
+        assert client.result(working, wait=20) == 1
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 3
+
+
+def test_waiting_sends_a_handful_of_commands_not_a_poll(
+    client: Client, store: redis.Redis, working: str
+) -> None:
+    before = calls(store)
+    with pytest.raises(jobmaster.ResultPending):
+        client.result(working, wait=2)
+    spent = calls(store) - before
+    spent["info"] -= 1  # the "before" INFO
+    # Three reads of three commands (before, once subscribed, at the deadline),
+    # SUBSCRIBE, and the handshakes of new connections: a 10 ms poll would be 600.
+    assert spent["get"] + spent["lindex"] <= 9 and spent["subscribe"] == 1, spent
+    assert sum(spent.values()) <= 20, spent
+
+
+def test_values_someone_forged_read_as_absent_not_raised(
+    client: Client, store: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.hset(K.status(JID), "x", "y")  # another type
+    with pytest.raises(jobmaster.UnknownJob):
+        client.result(JID)
+    store.delete(K.status(JID))
+    end(store, JID, "complete")
+    store.set(K.result(JID), b"\xff not json")
+    with caplog.at_level(logging.WARNING, logger="jobmaster.results"):
+        assert client.result(JID) is None
+    assert f"result of jid={JID} is not JSON" in caplog.text
+    other = "1" * 24
+    store.set(K.status(other), "dead")
+    store.set(K.dead, "not a sorted set")
+    with pytest.raises(jobmaster.JobFailed) as raised:
+        client.result(other)
+    assert raised.value.error_class is None
+
+
+def test_the_module_function_uses_the_default_client(
+    redis_url: str, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("jobmaster.client._default", Client(redis_url))
+    end(store, JID, "complete", "via default")
+    assert jobmaster.result(JID, wait=1) == "via default"
