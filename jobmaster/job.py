@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -37,6 +38,14 @@ class InlineMode:
 INLINE = InlineMode()
 
 
+def check_result_ttl(value: object) -> None:
+    """Whole seconds are what Redis's EX keeps; less than one would keep nothing."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value < math.inf
+    ):
+        raise ValueError(f"result_ttl must be seconds >= 1, got {value!r}")
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """How a job is enqueued and retried; validated when set."""
@@ -49,6 +58,8 @@ class JobOptions:
     unique_args: UniqueArgs | None = None
     middleware: tuple[Middleware, ...] = ()  # server middleware for this job only
     encrypt: bool = False  # arguments sealed with secret_key (crypto.py)
+    # Seconds its status and result are kept once it ended (status_ttl when None).
+    result_ttl: float | None = None
     # Called once the outcome is recorded: on_success(payload) after a success,
     # on_failure(payload, error) when the job failed for good (dead, or
     # dropped with retry=False). A hook that raises is logged, nothing more.
@@ -73,6 +84,7 @@ class JobOptions:
             or self.timeout <= 0
         ):
             raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
+        check_result_ttl(self.result_ttl)
         check_mode(self.unique)
         object.__setattr__(self, "middleware", tuple(self.middleware))
         for item in self.middleware:
@@ -91,6 +103,8 @@ class JobOptions:
             extra["backoff"] = self.backoff
         if self.timeout is not None:
             extra["timeout"] = self.timeout
+        if self.result_ttl is not None:
+            extra["result_ttl"] = self.result_ttl
         return extra
 
 
@@ -231,6 +245,7 @@ def job(
     unique_args: UniqueArgs | None = None,
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
+    result_ttl: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
@@ -249,6 +264,7 @@ def job(
     unique_args: UniqueArgs | None = None,
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
+    result_ttl: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
@@ -266,6 +282,7 @@ def job(
         unique_args=unique_args,
         middleware=tuple(middleware),
         encrypt=encrypt,
+        result_ttl=result_ttl,
         on_success=on_success,
         on_failure=on_failure,
     )
