@@ -206,3 +206,52 @@ def _message(pubsub: Any, timeout: float) -> None:
         message = pubsub.get_message(timeout=left)
         if message is not None and message.get("type") == "message":
             return
+
+
+SHOW_BYTES = 64 * 1024  # of a result the CLI and the dashboard read and show
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A result as ``jobmaster status`` and the dashboard show it: anyone who
+    can write to Redis can plant a 100 MB result, so only its first
+    ``SHOW_BYTES`` are read (GETRANGE), with its full size (STRLEN)."""
+
+    head: bytes  # the first SHOW_BYTES of the JSON text
+    size: int  # its full length in bytes
+
+    @property
+    def truncated(self) -> bool:
+        return self.size > len(self.head)
+
+    @property
+    def text(self) -> str:
+        return self.head.decode(errors="replace")
+
+    @property
+    def value(self) -> Any:
+        """The decoded value when read whole and valid JSON, else the text."""
+        if not self.truncated:
+            try:
+                return wire.strict_loads(self.head)
+            except (ValueError, UnicodeDecodeError):
+                pass
+        return self.text
+
+
+def preview(
+    connection: redis.Redis, keys: Keys, jid: str, limit: int = SHOW_BYTES
+) -> Preview | None:
+    """The stored result's first ``limit`` bytes and size; None when there is none
+    (a job not complete, or one that returned None). Never raises on a key of
+    another type (it reads as none)."""
+    pipe = connection.pipeline(transaction=False)
+    pipe.getrange(keys.result(jid), 0, limit - 1)
+    pipe.strlen(keys.result(jid))
+    head, size = (
+        None if isinstance(reply, redis_errors.ResponseError) else reply
+        for reply in pipe.execute(raise_on_error=False)
+    )
+    if not size:
+        return None
+    return Preview(head.encode() if isinstance(head, str) else bytes(head or b""), int(size))

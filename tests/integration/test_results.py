@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 import jobmaster
 from jobmaster import results
+from jobmaster.cli import main
 from jobmaster.client import Client
 from jobmaster.keys import Keys
 from tests.helpers import wait_until
@@ -254,3 +256,36 @@ def test_the_module_function_uses_the_default_client(
     monkeypatch.setattr("jobmaster.client._default", Client(redis_url))
     end(store, JID, "complete", "via default")
     assert jobmaster.result(JID, wait=1) == "via default"
+
+
+# -- shown by ``jobmaster status JID`` -------------------------------------------
+def status_command(redis_url: str, *args: str) -> str:
+    answer = CliRunner().invoke(main, ["status", *args, "--redis-url", redis_url])
+    assert answer.exit_code == 0, answer.output
+    return answer.output
+
+
+def test_jobmaster_status_shows_a_complete_jobs_result(redis_url: str, store: redis.Redis) -> None:
+    end(store, JID, "complete", {"sent": 3})
+    assert "  result: " + json.dumps({"sent": 3}) in status_command(redis_url, JID)
+    shown = json.loads(status_command(redis_url, JID, "--json"))
+    assert shown["status"] == "complete" and shown["result"] == {"sent": 3}
+    none = "1" * 24
+    end(store, none, "complete")
+    assert "  result: None" in status_command(redis_url, none)
+    assert json.loads(status_command(redis_url, none, "--json"))["result"] is None
+    dead = "2" * 24
+    end(store, dead, "dead", error=("ValueError", "boom"))
+    assert "result" not in status_command(redis_url, dead)
+    assert "result" not in json.loads(status_command(redis_url, dead, "--json"))
+
+
+def test_jobmaster_status_reads_a_huge_result_only_in_part(
+    redis_url: str, store: redis.Redis
+) -> None:
+    end(store, JID, "complete")
+    store.set(K.result(JID), json.dumps(["x" * (10 * 1024 * 1024)]))
+    text = status_command(redis_url, JID)
+    assert "bytes in all)" in text and len(text) < 100 * 1024
+    shown = json.loads(status_command(redis_url, JID, "--json"))
+    assert len(shown["result"]) == results.SHOW_BYTES and shown["result_bytes"] > 10**7

@@ -1,4 +1,5 @@
-"""``/jobs/JID``: a job's status, where it is now (a set, or running), its attempts.
+"""``/jobs/JID``: a job's status, its result once complete, where it is now (a set,
+or running), its attempts.
 
 ``/jobs?jid=...`` is the search box's target: it redirects to the job's page.
 """
@@ -10,6 +11,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from jobmaster import results
 from jobmaster.api import JobRecord
 from jobmaster.web.dashboard import SETS, dashboard
 from jobmaster.web.routing import page, render, to
@@ -34,12 +36,15 @@ def job(request: Request) -> Response:
     for running in board.processes().running():
         if running.record.jid == jid:
             places.append((f"running in {running.identity}", "/busy", running.record))
+    client = board.client
+    status = client.status(jid)
     return render(
         request,
         "job.html",
         jid=jid,
-        status=board.client.status(jid),
-        attempts=board.client.attempts(jid),
+        status=status,
+        result=results.preview(client.redis, client.keys, jid) if status == "complete" else None,
+        attempts=client.attempts(jid),
         places=places,
     )
 
