@@ -1,0 +1,79 @@
+"""What a worker stores of a job's return value, and for how long (worker/returns.py)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+from typing import Any
+
+import pytest
+
+from jobmaster.worker import returns
+
+
+@pytest.mark.parametrize(
+    "value", [0, "", False, [], {}, 1.5, "naïve ✓", {"a": [1, None, True]}, (1, 2), 2**70]
+)
+def test_json_values_are_kept_as_compact_json(value: Any) -> None:
+    encoded = returns.encode(value, "j" * 24, "tests.x")
+    assert encoded is not None
+    assert json.loads(encoded) == (list(value) if isinstance(value, tuple) else value)
+    assert b", " not in encoded and b": " not in encoded
+
+
+def test_none_stores_nothing() -> None:
+    assert returns.encode(None, "j" * 24, "tests.x") is None
+
+
+def deep() -> list[Any]:
+    value: list[Any] = []
+    for _ in range(100_000):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (datetime.date(2026, 1, 1), "its return value is a date"),
+        ({1: "a"}, "non-string key 1"),
+        ([math.nan], "its return value[0] is nan"),
+        ({"s": {1, 2}}, "its return value['s'] is a set"),
+        (deep(), "nested too deeply"),
+    ],
+)
+def test_what_json_cannot_encode_is_dropped_with_a_log_line(
+    value: Any, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="jobmaster.worker.returns"):
+        assert returns.encode(value, "a" * 24, "tests.returns") is None
+    [line] = caplog.records
+    assert line.getMessage().startswith(
+        f"result of jid={'a' * 24} job=tests.returns not kept, the job is complete with result None"
+    )
+    assert why in line.getMessage()
+    assert line.__dict__["event"] == "job.result_dropped"
+
+
+@pytest.mark.parametrize(
+    ("payload", "kept"),
+    [
+        ({}, 86400),
+        ({"result_ttl": 60}, 60),
+        ({"result_ttl": 90.6}, 91),
+        ({"result_ttl": 10**30}, returns.LONGEST_TTL),
+        ({"result_ttl": 0}, 86400),
+        ({"result_ttl": -5}, 86400),
+        ({"result_ttl": True}, 86400),
+        ({"result_ttl": "60"}, 86400),
+        ({"result_ttl": None}, 86400),
+        ({"result_ttl": math.inf}, 86400),
+        ({"result_ttl": math.nan}, 86400),
+    ],
+)
+def test_kept_for_is_the_jobs_result_ttl_when_it_is_sane(
+    payload: dict[str, Any], kept: int
+) -> None:
+    assert returns.kept_for(payload, 86400) == kept
