@@ -26,7 +26,7 @@ from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
 from jobmaster.redis_target import RedisTarget
-from jobmaster.scripts import Scripts
+from jobmaster.scripts import Push, PushUnique, Scripts
 
 if TYPE_CHECKING:
     from jobmaster.config import Config
@@ -151,24 +151,22 @@ class Client:
         later = at is not None and float(at) > time.time()
         payload["enqueued_at"] = time.time()
         target = self.keys.scheduled if later else self.keys.queue(queue)
-        keys = [
-            self.keys.unique(str(payload["unique_digest"])),
-            target,
-            self.keys.queues,
-            self.keys.status(jid),
-        ]
-        args: list[Any] = [
-            jid,
-            ttl,
-            wire.encode(payload),
-            "zset" if later else "queue",
-            float(at or 0),
-            queue,
-            self.keys.wakeup_channel(queue),
-            self.status_ttl,
-        ]
+        call = PushUnique(
+            lock_key=self.keys.unique(str(payload["unique_digest"])),
+            target_key=target,
+            queues_key=self.keys.queues,
+            status_key=self.keys.status(jid),
+            jid=jid,
+            lock_ttl=ttl,
+            payload=wire.encode(payload),
+            target_kind="zset" if later else "queue",
+            score=float(at or 0),
+            queue=queue,
+            wakeup_channel=self.keys.wakeup_channel(queue),
+            status_ttl=self.status_ttl,
+        )
         try:
-            return bool(self.scripts.push_unique(keys=keys, args=args))
+            return bool(call.run(self.scripts.push_unique))
         except redis.RedisError as error:
             raise EnqueueError(
                 f"could not enqueue {payload.get('job')}: {describe_error(error)}"
@@ -189,24 +187,24 @@ class Client:
         ]
         if len(calls) == 1 and pipe is None:
             queue, chunk = calls[0]
-            self.scripts.push(
-                keys=self._push_keys(queue, chunk), args=self._push_args(queue, chunk)
-            )
+            self._push_call(queue, chunk).run(self.scripts.push)
             return
         pipe = pipe or self.redis.pipeline(transaction=False)
         for queue, chunk in calls:
-            self.scripts.push(
-                keys=self._push_keys(queue, chunk), args=self._push_args(queue, chunk), client=pipe
-            )
+            self._push_call(queue, chunk).run(self.scripts.push, client=pipe)
         pipe.execute()
 
-    def _push_keys(self, queue: str, chunk: list[dict[str, Any]]) -> list[str]:
+    def _push_call(self, queue: str, chunk: list[dict[str, Any]]) -> Push:
         status = [self.keys.status(str(p["jid"])) for p in chunk] if self.status_ttl else []
-        return [self.keys.queue(queue), self.keys.queues, *status]
-
-    def _push_args(self, queue: str, chunk: list[dict[str, Any]]) -> list[Any]:
-        channel = self.keys.wakeup_channel(queue)
-        return [queue, channel, self.status_ttl, *(wire.encode(p) for p in chunk)]
+        return Push(
+            queue_key=self.keys.queue(queue),
+            queues_key=self.keys.queues,
+            queue=queue,
+            wakeup_channel=self.keys.wakeup_channel(queue),
+            status_ttl=self.status_ttl,
+            payloads=[wire.encode(p) for p in chunk],
+            status_keys=status,
+        )
 
     def _schedule(self, payloads: list[dict[str, Any]], at: float) -> None:
         pipe = self.redis.pipeline(transaction=True)  # never a status without its job

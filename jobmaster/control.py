@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from jobmaster.scripts import CONTROL_POP
+from jobmaster.scripts import CONTROL_POP, ControlPop
 
 log = logging.getLogger("jobmaster.control")
 
@@ -40,7 +40,8 @@ def pop(pipe: redis.client.Pipeline, key: str) -> None:
     for ``parse``."""
     # EVALSHA (what the README's ACL user may run), loaded if need be by the
     # pipeline, which asks SCRIPT EXISTS first.
-    pipe.register_script(CONTROL_POP)(keys=[key], args=[BATCH, ENTRY_BYTES], client=pipe)
+    call = ControlPop(key=key, most=BATCH, keep=ENTRY_BYTES)
+    call.run(pipe.register_script(CONTROL_POP), client=pipe)
 
 
 def parse(reply: Any, who: str) -> list[str]:

@@ -123,6 +123,10 @@ class Keys:
         """A unique job's lock: holds the jid that owns it, always with a TTL."""
         return f"{self.prefix}unique:{digest}"
 
+    def rate_window(self, name: str, window: int) -> str:
+        """A RateLimit middleware's counter for one fixed window (expires with it)."""
+        return f"{self.prefix}ratelimit:{name}:{window}"
+
     def attempts(self, jid: str) -> str:
         """List of a job's attempts (JSON), expiring with its status."""
         return f"{self.prefix}attempts:{jid}"

@@ -43,7 +43,7 @@ from jobmaster.connection import connect
 from jobmaster.errors import JobmasterError
 from jobmaster.keys import Keys
 from jobmaster.redis_target import RedisTarget
-from jobmaster.scripts import Scripts
+from jobmaster.scripts import Periodic, PeriodicSlot, Scripts
 from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED, digest
 
 log = logging.getLogger("jobmaster.periodic")
@@ -260,28 +260,30 @@ class PeriodicTicker:
         # releases it when the run ends (until_executed), so the next slot
         # is skipped while a run is still queued or running.
         lock = digest(entry.job, entry.args, entry.kwargs, None) if entry.unique else ""
-        args: list[Any] = [
-            entry.name,
-            entry.queue,
-            channel,
-            self.status_ttl,
-            LOCK_TTL if entry.unique else 0,
-        ]
-        keys = [
-            self.keys.periodic_last,
-            self.keys.queue(entry.queue),
-            self.keys.queues,
-            self.keys.unique(lock or "-"),
-        ]
+        claims: list[PeriodicSlot] = []
         for slot in slots:
             extra: dict[str, Any] = {"periodic": entry.name, "periodic_slot": slot_value(slot)}
             if entry.unique:
                 extra.update(unique=UNTIL_EXECUTED, unique_digest=lock)
             job = wire.build(entry.job, entry.args, entry.kwargs, queue=entry.queue, extra=extra)
             job["enqueued_at"] = now
-            args += [slot_text(slot), wire.encode(job), str(job["jid"])]
-            keys.append(self.keys.status(str(job["jid"])))
-        pushed = int(self.scripts.periodic(keys=keys, args=args))
+            jid = str(job["jid"])
+            claims.append(
+                PeriodicSlot(slot_text(slot), wire.encode(job), jid, self.keys.status(jid))
+            )
+        call = Periodic(
+            last_key=self.keys.periodic_last,
+            queue_key=self.keys.queue(entry.queue),
+            queues_key=self.keys.queues,
+            lock_key=self.keys.unique(lock or "-"),
+            entry=entry.name,
+            queue=entry.queue,
+            wakeup_channel=channel,
+            status_ttl=self.status_ttl,
+            lock_ttl=LOCK_TTL if entry.unique else 0,
+            slots=claims,
+        )
+        pushed = int(call.run(self.scripts.periodic))
         if pushed:
             log.debug(
                 "periodic %s: enqueued %s on %s (%d job(s), latest slot %s)",

@@ -24,9 +24,9 @@ from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.hooks import ON_FAILURE
 from jobmaster.keys import Keys
-from jobmaster.scripts import Scripts
+from jobmaster.scripts import Bury, BuryStep, Scripts, Transfer
 from jobmaster.unique import MODES
-from jobmaster.workflows.steps import finish_step_arguments, step_of
+from jobmaster.workflows.steps import step_of, workflow_step
 
 log = logging.getLogger("jobmaster.recovery")
 
@@ -97,53 +97,43 @@ class Recovery:
         ``unlock`` (if the job holds it) and pushes the ``hook`` job, in the
         same step."""
         dead = where == "zset"
-        channel = self.keys.wakeup_channel(queue) if queue else ""
+        jid = str(entry.get("jid"))
         status = status if self.status_ttl else ""
-        script = self.scripts.transfer
-        extra_keys: list[str] = []
-        extra_args: list[Any] = []
-        if target == self.keys.dead:
-            script = self.scripts.bury
-            hook_queue = str(hook["queue"]) if hook is not None else ""
-            extra_keys = [
-                self.keys.unique(unlock or "-"),
-                self.keys.queue(hook_queue) if hook is not None else self.keys.queues,
-            ]
-            extra_args = [
-                str(entry.get("jid")) if unlock else "",
-                wire.encode(hook) if hook is not None else b"",
-                hook_queue,
-                self.keys.wakeup_channel(hook_queue) if hook is not None else "",
-            ]
-            step = step_of(entry)
-            if step is not None:  # a batch or chain job buried: its workflow moves with it
-                script = self.scripts.bury_step
-                step_keys, step_args = finish_step_arguments(self.keys, "dead", step, bool(status))
-                extra_keys += step_keys
-                extra_args += [*step_args, str(entry.get("jid"))]
-        moved = script(
-            keys=[
-                source,
-                target,
-                self.keys.queues,
-                self.keys.status(str(entry.get("jid"))),
-                *extra_keys,
-            ],
-            args=[
-                kind,
-                raw,
-                wire.encode(entry),
-                where,
-                score,
-                queue,
-                channel,
-                self.limits.max_jobs if dead else 0,
-                self.limits.cutoff(score) if dead else "-inf",
-                status,
-                self.status_ttl or 1,
-                *extra_args,
-            ],
+        move = Transfer(
+            source_key=source,
+            target_key=target,
+            queues_key=self.keys.queues,
+            status_key=self.keys.status(jid),
+            source_kind=kind,
+            entry=raw,
+            stored=wire.encode(entry),
+            target_kind=where,
+            score=score,
+            queue=queue,
+            wakeup_channel=self.keys.wakeup_channel(queue) if queue else "",
+            cap=self.limits.max_jobs if dead else 0,
+            cutoff=self.limits.cutoff(score) if dead else "-inf",
+            status=status,
+            status_ttl=self.status_ttl or 1,
         )
+        if target != self.keys.dead:
+            return bool(move.run(self.scripts.transfer))
+        hook_queue = str(hook["queue"]) if hook is not None else ""
+        bury = Bury(
+            transfer=move,
+            lock_key=self.keys.unique(unlock or "-"),
+            hook_queue_key=self.keys.queue(hook_queue) if hook is not None else self.keys.queues,
+            unlock_jid=jid if unlock else "",
+            hook_payload=wire.encode(hook) if hook is not None else b"",
+            hook_queue=hook_queue,
+            hook_channel=self.keys.wakeup_channel(hook_queue) if hook is not None else "",
+        )
+        step = step_of(entry)
+        if step is None:
+            return bool(bury.run(self.scripts.bury))
+        # A batch or chain job buried: its workflow moves with it.
+        flow = workflow_step(self.keys, "dead", step, bool(status))
+        moved = BuryStep(bury, flow, jid).run(self.scripts.bury_step)
         return bool(moved)
 
     def requeue(

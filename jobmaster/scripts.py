@@ -24,7 +24,36 @@ adding one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
 import redis
+from redis.commands.core import Script
+
+# One ARGV value, as redis-py sends it.
+Arg = str | bytes | int | float
+
+
+class ScriptCall(ABC):
+    """A script's inputs by name: below each script, a frozen dataclass whose
+    fields are its KEYS and ARGV, which ``keys()`` and ``argv()`` put in the
+    order its Lua reads them. A caller that counted positions (``less the jid
+    (ARGV[13])``) broke silently when a script grew an argument;
+    tests/unit/test_script_builders.py pins each field to its index instead."""
+
+    @abstractmethod
+    def keys(self) -> list[str]: ...
+
+    @abstractmethod
+    def argv(self) -> list[Arg]: ...
+
+    def run(self, script: Script, client: Any = None) -> Any:
+        """``script`` (the one this call is for) with these KEYS and ARGV, on
+        ``client`` (a pipeline, say) if given."""
+        return script(keys=self.keys(), args=self.argv(), client=client)
+
 
 # PUSH: enqueue payloads on one queue, mark them queued, wake idle workers.
 # KEYS[1] queue list, KEYS[2] set of queue names,
@@ -44,6 +73,24 @@ end
 redis.call('PUBLISH', ARGV[2], n)
 return n
 """
+
+
+@dataclass(frozen=True)
+class Push(ScriptCall):
+    queue_key: str
+    queues_key: str
+    queue: str
+    wakeup_channel: str
+    status_ttl: int
+    payloads: Sequence[bytes]
+    status_keys: Sequence[str] = ()  # one per payload; none when status_ttl is 0
+
+    def keys(self) -> list[str]:
+        return [self.queue_key, self.queues_key, *self.status_keys]
+
+    def argv(self) -> list[Arg]:
+        return [self.queue, self.wakeup_channel, self.status_ttl, *self.payloads]
+
 
 # FETCH: reliable fetch. Moves the oldest payloads of the first non-paused,
 # non-empty queues into this worker's in-progress list, in one step, so a
@@ -80,6 +127,21 @@ taken[1] = redis.call('LLEN', KEYS[left])
 return taken
 """
 
+
+@dataclass(frozen=True)
+class Fetch(ScriptCall):
+    inprogress_key: str
+    paused_key: str
+    most: int
+    queues: Sequence[tuple[str, str]]  # (queue name, its list key), in fetch order
+
+    def keys(self) -> list[str]:
+        return [self.inprogress_key, self.paused_key, *(key for _, key in self.queues)]
+
+    def argv(self) -> list[Arg]:
+        return [self.most, *(name for name, _ in self.queues)]
+
+
 # MARK: mark jobs that started as "working", each only if its payload is
 # still in the in-progress list: a job pushed back, recovered from under us
 # or already acknowledged keeps the status it has.
@@ -98,6 +160,19 @@ for i = 2, #KEYS do
 end
 return marked
 """
+
+
+@dataclass(frozen=True)
+class Mark(ScriptCall):
+    inprogress_key: str
+    marks: Sequence[tuple[str, bytes, int]]  # (status key, payload as fetched, TTL in ms)
+
+    def keys(self) -> list[str]:
+        return [self.inprogress_key, *(key for key, _, _ in self.marks)]
+
+    def argv(self) -> list[Arg]:
+        return [value for _, raw, ttl_ms in self.marks for value in (raw, ttl_ms)]
+
 
 # FINISH: record a job's outcome and acknowledge it, as one step, so the
 # job leaves the in-progress list only once its outcome is stored.
@@ -179,6 +254,67 @@ end
 """
 FINISH = FINISH_BODY + "return removed\n"
 
+
+@dataclass(frozen=True)
+class Finish(ScriptCall):
+    inprogress_key: str
+    processed_key: str
+    processed_day_key: str
+    failed_key: str
+    failed_day_key: str
+    target_key: str  # retry or dead set (any key when target_kind is '')
+    status_key: str
+    attempts_key: str
+    lock_key: str  # the unique lock (any key when lock_action is '')
+    payload: bytes  # as fetched
+    failed: str  # '1' | '0' | '-' (did not run)
+    day_ttl: int
+    target_kind: str  # '' | 'retry' | 'dead'
+    stored: bytes  # the payload to store in the target
+    score: float
+    dead_cap: int
+    dead_cutoff: float
+    status: str  # '' = status off
+    attempt: str  # JSON; '' = none
+    status_ttl: int
+    lock_action: str  # '' | 'release' | 'extend'
+    jid: str
+    lock_ttl: int
+    resent: bool = False  # re-sent after a lost reply
+
+    def keys(self) -> list[str]:
+        return [
+            self.inprogress_key,
+            self.processed_key,
+            self.processed_day_key,
+            self.failed_key,
+            self.failed_day_key,
+            self.target_key,
+            self.status_key,
+            self.attempts_key,
+            self.lock_key,
+        ]
+
+    def argv(self) -> list[Arg]:
+        return [
+            self.payload,
+            self.failed,
+            self.day_ttl,
+            self.target_kind,
+            self.stored,
+            self.score,
+            self.dead_cap,
+            self.dead_cutoff,
+            self.status,
+            self.attempt,
+            self.status_ttl,
+            self.lock_action,
+            self.jid,
+            self.lock_ttl,
+            "1" if self.resent else "0",
+        ]
+
+
 # What a batch does when its counters move: fire a callback once, and decide
 # whether the batch is complete (every job ran once or was skipped) or a
 # success (every job succeeded). Shared by FINISH_STEP, BURY_STEP and
@@ -229,6 +365,22 @@ local function settle(batch, failed, now, via, targets)
   end
 end
 """
+
+
+@dataclass(frozen=True)
+class CallbackTargets:
+    """The queue list and status key of a batch's on_complete, on_success and
+    on_death callbacks (``targets`` above; any keys where none or unknown):
+    the same six KEYS in BATCH_ADD and in the workflow part of FINISH_STEP and
+    BURY_STEP."""
+
+    complete: tuple[str, str]
+    success: tuple[str, str]
+    death: tuple[str, str]
+
+    def keys(self) -> list[str]:
+        return [*self.complete, *self.success, *self.death]
+
 
 # The workflow part of FINISH_STEP and BURY_STEP: what a job's end does to
 # its chain (push the next step, or the chain's on_failure) and its batch
@@ -281,7 +433,58 @@ local function workflow_step(k, a)
   end
 end
 """
-WORKFLOW_KEYS = 13  # len(k): the keys each caller appends for workflow_step
+
+
+@dataclass(frozen=True)
+class WorkflowStep:
+    """``k`` and ``a`` of ``workflow_step`` up to the failed set's TTL: the
+    tail FINISH_STEP and BURY_STEP append to their own KEYS and ARGV."""
+
+    queues_key: str
+    batch_key: str  # any key without a batch
+    batch_failed_key: str
+    chain_key: str  # any key without a chain
+    follow_queue_key: str  # the job pushed with it (any keys without one)
+    follow_status_key: str
+    callbacks: CallbackTargets
+    scheduled_key: str
+    queue_prefix: str
+    wakeup_prefix: str
+    status_prefix: str  # '' = status off
+    batch_event: str  # '' | 'succeeded' | 'failed' | 'dead' | 'skipped'
+    now: str  # unix time, JSON number text
+    chain_event: str  # '' | 'next' | 'last' | 'failed'
+    follow_queue: str
+    follow_jid: str
+    follow_payload: bytes
+    failed_ttl: int
+
+    def keys(self) -> list[str]:
+        return [
+            self.queues_key,
+            self.batch_key,
+            self.batch_failed_key,
+            self.chain_key,
+            self.follow_queue_key,
+            self.follow_status_key,
+            *self.callbacks.keys(),
+            self.scheduled_key,
+        ]
+
+    def argv(self) -> list[Arg]:
+        return [
+            self.queue_prefix,
+            self.wakeup_prefix,
+            self.status_prefix,
+            self.batch_event,
+            self.now,
+            self.chain_event,
+            self.follow_queue,
+            self.follow_jid,
+            self.follow_payload,
+            self.failed_ttl,
+        ]
+
 
 # How FINISH_STEP and BURY_STEP call ``workflow_step``: after the job has left
 # the in-progress list and its outcome is stored, a batch or chain hash that
@@ -311,7 +514,8 @@ end
 # given), then the workflow part's ``k`` (the last 13 KEYS) and ``a`` (the
 # last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13]) and status TTL
 # (ARGV[11]), which FINISH has already. Counted from the end, so that FINISH
-# may grow without renumbering them.
+# may grow without renumbering them. Built by FinishStep: a Finish, then a
+# WorkflowStep.
 # Returns 1 if the payload was still in the in-progress list, else 0.
 FINISH_STEP = (
     FINISH_BODY
@@ -326,6 +530,19 @@ settle_workflow({unpack(KEYS, #KEYS - 12)}, step_args)
 return 1
 """
 )
+
+
+@dataclass(frozen=True)
+class FinishStep(ScriptCall):
+    finish: Finish
+    step: WorkflowStep
+
+    def keys(self) -> list[str]:
+        return [*self.finish.keys(), *self.step.keys()]
+
+    def argv(self) -> list[Arg]:
+        return [*self.finish.argv(), *self.step.argv()]
+
 
 # BATCH_ADD: create a batch (first call) and push jobs into it, as one step:
 # the batch's counters grow with its jobs, so no callback can fire while
@@ -375,6 +592,66 @@ return pending
 """
 )
 
+
+@dataclass(frozen=True)
+class BatchJob:
+    """One job of a BATCH_ADD: a quadruple of ARGV, a pair of KEYS."""
+
+    queue: str
+    due: float  # 0 = now
+    jid: str
+    payload: bytes
+    queue_key: str
+    status_key: str  # any key when status is off
+
+
+@dataclass(frozen=True)
+class BatchAdd(ScriptCall):
+    batch_key: str
+    failed_key: str
+    batches_key: str
+    queues_key: str
+    scheduled_key: str
+    callbacks: CallbackTargets
+    bid: str
+    now: str  # JSON number text
+    batch_ttl: int
+    queue_prefix: str
+    wakeup_prefix: str
+    status_prefix: str  # '' = status off
+    status_ttl: int
+    fields: Mapping[str, Any]  # set when the batch is created
+    jobs: Sequence[BatchJob]
+
+    def keys(self) -> list[str]:
+        head = [
+            self.batch_key,
+            self.failed_key,
+            self.batches_key,
+            self.queues_key,
+            self.scheduled_key,
+            *self.callbacks.keys(),
+        ]
+        return head + [key for job in self.jobs for key in (job.queue_key, job.status_key)]
+
+    def argv(self) -> list[Arg]:
+        head: list[Arg] = [
+            self.bid,
+            self.now,
+            self.batch_ttl,
+            self.queue_prefix,
+            self.wakeup_prefix,
+            self.status_prefix,
+            self.status_ttl,
+            len(self.fields),
+        ]
+        for name, value in self.fields.items():
+            head += [name, value]
+        for job in self.jobs:
+            head += [job.queue, job.due, job.jid, job.payload]
+        return head
+
+
 # TRANSFER: move one entry out of a list or sorted set into a queue (front or
 # back) or a sorted set, only if it is still in its source. "Only if still
 # there" is what lets two recoverers (or a recoverer and a late ack) race
@@ -416,6 +693,44 @@ if ARGV[10] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11]) end
 """
 TRANSFER = TRANSFER_BODY + "return 1\n"
 
+
+@dataclass(frozen=True)
+class Transfer(ScriptCall):
+    source_key: str
+    target_key: str
+    queues_key: str
+    status_key: str  # any key when status is ''
+    source_kind: str  # 'list' | 'zset'
+    entry: bytes  # as stored in the source
+    stored: bytes  # to store in the target
+    target_kind: str  # 'front' | 'back' | 'zset'
+    score: float
+    queue: str
+    wakeup_channel: str  # '' for none
+    cap: int  # 0 = none
+    cutoff: float | str  # '-inf' for none
+    status: str  # '' = leave it
+    status_ttl: int
+
+    def keys(self) -> list[str]:
+        return [self.source_key, self.target_key, self.queues_key, self.status_key]
+
+    def argv(self) -> list[Arg]:
+        return [
+            self.source_kind,
+            self.entry,
+            self.stored,
+            self.target_kind,
+            self.score,
+            self.queue,
+            self.wakeup_channel,
+            self.cap,
+            self.cutoff,
+            self.status,
+            self.status_ttl,
+        ]
+
+
 # BURY: TRANSFER of a job to the dead set by recovery (a poison pill, or an
 # entry that is not a valid payload), with what its burial entails, in the
 # same step: its unique lock released (it will not run again) and its
@@ -423,8 +738,9 @@ TRANSFER = TRANSFER_BODY + "return 1\n"
 # round trips, a crash between them left the lock held until its TTL (no
 # such job could be enqueued) or the hook never run.
 # KEYS[1..4] and ARGV[1..11] as TRANSFER (target the dead set, ARGV[4]
-# 'zset'), then KEYS[5] the job's unique lock (any key when ARGV[12] is ''),
-# KEYS[6] the hook job's queue list (any key when ARGV[13] is '')
+# 'zset'; Bury holds a Transfer), then KEYS[5] the job's unique lock (any
+# key when ARGV[12] is ''), KEYS[6] the hook job's queue list (any key when
+# ARGV[13] is '')
 # ARGV[12] the jid whose lock to release ('' = none; released only if that
 # jid holds it), ARGV[13] the hook job's payload ('' = none), ARGV[14] its
 # queue name, ARGV[15] its wakeup channel
@@ -442,12 +758,37 @@ end
 """
 BURY = TRANSFER_BODY + BURY_TAIL + "return 1\n"
 
+
+@dataclass(frozen=True)
+class Bury(ScriptCall):
+    transfer: Transfer
+    lock_key: str  # any key when unlock_jid is ''
+    hook_queue_key: str  # any key when hook_payload is ''
+    unlock_jid: str  # '' = none
+    hook_payload: bytes  # b'' = none
+    hook_queue: str
+    hook_channel: str
+
+    def keys(self) -> list[str]:
+        return [*self.transfer.keys(), self.lock_key, self.hook_queue_key]
+
+    def argv(self) -> list[Arg]:
+        return [
+            *self.transfer.argv(),
+            self.unlock_jid,
+            self.hook_payload,
+            self.hook_queue,
+            self.hook_channel,
+        ]
+
+
 # BURY_STEP: BURY of a batch or chain job, with the workflow's step: the
 # batch counts the death (and may complete), the chain stops. Without it such
 # a batch would never complete.
 # KEYS[1..6] and ARGV[1..15] as BURY, then KEYS[7..19] and ARGV[16..25] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
-# TTL, and ARGV[26] the job's jid.
+# TTL, and ARGV[26] the job's jid. Built by BuryStep: a Bury, then a
+# WorkflowStep, then the jid.
 # Returns 1 if moved, 0 if the entry was no longer in the source.
 BURY_STEP = (
     TRANSFER_BODY
@@ -462,6 +803,19 @@ settle_workflow({unpack(KEYS, 7, 19)}, step_args)
 return 1
 """
 )
+
+
+@dataclass(frozen=True)
+class BuryStep(ScriptCall):
+    bury: Bury
+    step: WorkflowStep
+    jid: str
+
+    def keys(self) -> list[str]:
+        return [*self.bury.keys(), *self.step.keys()]
+
+    def argv(self) -> list[Arg]:
+        return [*self.bury.argv(), *self.step.argv(), self.jid]
 
 
 # PERIODIC: claim slots of one periodic entry and enqueue a job for each one
@@ -503,6 +857,44 @@ return pushed
 """
 
 
+@dataclass(frozen=True)
+class PeriodicSlot:
+    """One slot of a PERIODIC: a triple of ARGV and its status key."""
+
+    slot: str  # unix time, as text
+    payload: bytes
+    jid: str
+    status_key: str
+
+
+@dataclass(frozen=True)
+class Periodic(ScriptCall):
+    last_key: str
+    queue_key: str
+    queues_key: str
+    lock_key: str  # any key if not unique
+    entry: str
+    queue: str
+    wakeup_channel: str
+    status_ttl: int  # 0 = off
+    lock_ttl: int  # 0 = not unique
+    slots: Sequence[PeriodicSlot]  # oldest first
+
+    def keys(self) -> list[str]:
+        head = [self.last_key, self.queue_key, self.queues_key, self.lock_key]
+        return head + [slot.status_key for slot in self.slots]
+
+    def argv(self) -> list[Arg]:
+        head: list[Arg] = [
+            self.entry,
+            self.queue,
+            self.wakeup_channel,
+            self.status_ttl,
+            self.lock_ttl,
+        ]
+        return head + [v for s in self.slots for v in (s.slot, s.payload, s.jid)]
+
+
 # PUSH_UNIQUE: enqueue (or schedule) one unique job only if no job holds its
 # lock, taking the lock in the same step: two producers racing cannot both
 # enqueue it.
@@ -526,6 +918,38 @@ end
 return 1
 """
 
+
+@dataclass(frozen=True)
+class PushUnique(ScriptCall):
+    lock_key: str
+    target_key: str  # queue list or scheduled set
+    queues_key: str
+    status_key: str
+    jid: str
+    lock_ttl: int
+    payload: bytes
+    target_kind: str  # 'queue' | 'zset'
+    score: float
+    queue: str
+    wakeup_channel: str
+    status_ttl: int  # 0 = off
+
+    def keys(self) -> list[str]:
+        return [self.lock_key, self.target_key, self.queues_key, self.status_key]
+
+    def argv(self) -> list[Arg]:
+        return [
+            self.jid,
+            self.lock_ttl,
+            self.payload,
+            self.target_kind,
+            self.score,
+            self.queue,
+            self.wakeup_channel,
+            self.status_ttl,
+        ]
+
+
 # UNLOCK: release a unique job's lock, or extend it, only if this job holds it
 # (a lock that expired and was taken by a newer job is not ours to touch).
 # KEYS[1] the unique lock
@@ -541,6 +965,44 @@ end
 return 1
 """
 
+
+@dataclass(frozen=True)
+class Unlock(ScriptCall):
+    lock_key: str
+    jid: str
+    action: str = "release"  # 'release' | 'extend'
+    ttl: int = 0  # extend only
+
+    def keys(self) -> list[str]:
+        return [self.lock_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.jid, self.action, self.ttl]
+
+
+# RATE_COUNT: count one start in a rate limiter's window (middleware/rate_limit.py);
+# the window's counter expires on its own once the window is over.
+# KEYS[1] the window's counter; ARGV[1] its TTL (s)
+# Returns the count so far.
+RATE_COUNT = """
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return count
+"""
+
+
+@dataclass(frozen=True)
+class RateCount(ScriptCall):
+    counter_key: str
+    ttl: int
+
+    def keys(self) -> list[str]:
+        return [self.counter_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.ttl]
+
+
 # BATCH_CANCEL: mark a batch cancelled, only if it exists (a mistyped id must
 # not create an empty batch). Its jobs not yet started are skipped as fetched.
 # KEYS[1] the batch hash; ARGV[1] now (unix time)
@@ -550,6 +1012,19 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSETNX', KEYS[1], 'cancelled', ARGV[1])
 return 1
 """
+
+
+@dataclass(frozen=True)
+class BatchCancel(ScriptCall):
+    batch_key: str
+    now: str
+
+    def keys(self) -> list[str]:
+        return [self.batch_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.now]
+
 
 # PEEK: read a page of a sorted set with each member cut to its first
 # ARGV[6] bytes, and its full length: a forged 100 MB entry costs a listing
@@ -581,6 +1056,33 @@ end
 return out
 """
 
+
+@dataclass(frozen=True)
+class Peek(ScriptCall):
+    key: str
+    low: float | str  # min (max with by_score and rev)
+    high: float | str
+    by_score: bool
+    rev: bool
+    count: int  # LIMIT count (by_score only)
+    keep: int  # bytes kept
+    offset: int  # LIMIT offset (by_score only)
+
+    def keys(self) -> list[str]:
+        return [self.key]
+
+    def argv(self) -> list[Arg]:
+        return [
+            self.low,
+            self.high,
+            "BYSCORE" if self.by_score else "",
+            "REV" if self.rev else "",
+            self.count,
+            self.keep,
+            self.offset,
+        ]
+
+
 # PEEK_LIST: PEEK for a list (a queue): LRANGE with each entry cut to its
 # first ARGV[3] bytes, and its full length. Read-only.
 # KEYS[1] the list; ARGV[1] start, ARGV[2] stop (LRANGE's), ARGV[3] bytes kept
@@ -595,6 +1097,20 @@ for i = 1, #found do
 end
 return out
 """
+
+
+@dataclass(frozen=True)
+class PeekList(ScriptCall):
+    key: str
+    start: int
+    stop: int
+    keep: int  # bytes kept
+
+    def keys(self) -> list[str]:
+        return [self.key]
+
+    def argv(self) -> list[Arg]:
+        return [self.start, self.stop, self.keep]
 
 
 # CONTROL_POP: take the oldest remote commands of one process's control list,
@@ -622,6 +1138,19 @@ for _ = 1, tonumber(ARGV[1]) do
 end
 return out
 """
+
+
+@dataclass(frozen=True)
+class ControlPop(ScriptCall):
+    key: str
+    most: int
+    keep: int  # bytes kept of each
+
+    def keys(self) -> list[str]:
+        return [self.key]
+
+    def argv(self) -> list[Arg]:
+        return [self.most, self.keep]
 
 
 # QUEUE_ENDS: for /metrics, each queue's length and the two ends of its
@@ -660,6 +1189,18 @@ return out
 """
 
 
+@dataclass(frozen=True)
+class QueueEnds(ScriptCall):
+    queue_keys: Sequence[str]
+    keep: int  # bytes kept of each end
+
+    def keys(self) -> list[str]:
+        return list(self.queue_keys)
+
+    def argv(self) -> list[Arg]:
+        return [self.keep]
+
+
 class Scripts:
     """The scripts registered on one Redis client."""
 
@@ -681,3 +1222,4 @@ class Scripts:
         self.queue_ends = client.register_script(QUEUE_ENDS)
         self.peek = client.register_script(PEEK)
         self.peek_list = client.register_script(PEEK_LIST)
+        self.rate_count = client.register_script(RATE_COUNT)

@@ -1,8 +1,9 @@
 """Every setting of jobmaster, in one table.
 
-The config file, the environment, the CLI flags and the README's reference
-table are all read from ``SETTINGS``, so a setting cannot exist in one place
-and be missing (or differently spelled, or differently defaulted) in another.
+The config file, the environment, the CLI flags and the reference table
+of docs/configuration.md are all read from ``SETTINGS``, so a setting
+cannot exist in one place and be missing (or differently spelled, or
+differently defaulted) in another.
 
 Each setting's parser takes a raw value, which is already typed when it comes
 from TOML and is a string when it comes from the environment or the command
@@ -792,7 +793,7 @@ def _row(setting: Setting) -> str:
 
 
 def reference_markdown() -> str:
-    """The settings reference table the README embeds between its markers."""
+    """The settings reference table docs/configuration.md embeds between its markers."""
     lines = ["| key | default | env | CLI flag | meaning |", "| --- | --- | --- | --- | --- |"]
     lines += [_row(setting) for setting in SETTINGS.values()]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
-"""The Redis ACL rule that README.md documents, for tests that run as that user.
+"""The Redis ACL rule that docs/redis-deployment.md documents, for tests that run as that user.
 
-Tests read the ``ACL SETUSER`` line from the README itself, so what users
+Tests read the ``ACL SETUSER`` line from that page itself, so what users
 copy is exactly what the tests prove (running jobmaster as that user, and
 what the user is refused).
 """
@@ -11,31 +11,31 @@ from pathlib import Path
 
 import redis
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SECTION = "### Redis ACL: a user limited to jobmaster's keys"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "redis-deployment.md"
+SECTION = "## Redis ACL: a user limited to jobmaster's keys"
 DEFAULT_PREFIX = "jobmaster:{jobmaster}:"
 PLACEHOLDER = ">PASSWORD"
 
 
-PRODUCER = "jobmaster-producer"  # the README's second user: enqueues, never controls
+PRODUCER = "jobmaster-producer"  # the documented second user: enqueues, never controls
 
 
 def documented_rule(rule: str = "jobmaster") -> str:
-    """The README ACL subsection's ``ACL SETUSER`` line for the user ``rule``."""
-    text = README.read_text()
-    assert SECTION in text, f"README.md lost the subsection {SECTION!r}"
+    """The ACL section's ``ACL SETUSER`` line for the user ``rule``."""
+    text = DOC.read_text()
+    assert SECTION in text, f"docs/redis-deployment.md lost the section {SECTION!r}"
     body = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     lines = [line.strip() for line in body.splitlines() if line.startswith(f"ACL SETUSER {rule} ")]
-    assert lines, f"no ACL SETUSER {rule} line in the README's ACL subsection"
+    assert lines, f"no ACL SETUSER {rule} line in the ACL section of {DOC.name}"
     return lines[0]
 
 
 def setuser_arguments(
     user: str, password: str, namespace: str = "jobmaster", rule: str = "jobmaster"
 ) -> list[str]:
-    """The README's rule ``rule`` for ``namespace``, as arguments of one ACL SETUSER call.
+    """The documented rule ``rule`` for ``namespace``, as arguments of one ACL SETUSER call.
 
-    The README says how the rule changes with the namespace: every pattern
+    The page says how the rule changes with the namespace: every pattern
     takes its prefix. That substitution is done here, as a user would.
     """
     words = documented_rule(rule).split()

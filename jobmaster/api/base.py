@@ -19,7 +19,7 @@ from redis import exceptions as redis_errors
 
 from jobmaster.client import DEFAULT_STATUS_TTL, Client, default_client
 from jobmaster.keys import Keys
-from jobmaster.scripts import Scripts
+from jobmaster.scripts import Scripts, Unlock
 from jobmaster.unique import MODES
 
 # A Backend is accepted too, so objects made from another (Queue.all) share it.
@@ -61,7 +61,7 @@ class Backend:
             return
         digest, jid = payload.get("unique_digest"), payload.get("jid")
         if isinstance(digest, str) and isinstance(jid, str):
-            self.scripts.unlock(keys=[self.keys.unique(digest)], args=[jid, "release", 0])
+            Unlock(lock_key=self.keys.unique(digest), jid=jid).run(self.scripts.unlock)
 
 
 def as_bytes(value: bytes | str) -> bytes:

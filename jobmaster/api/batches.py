@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from jobmaster.api.base import Backend, Connection, moment, number, text
+from jobmaster.scripts import BatchCancel
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ class BatchSet:
         not run) when a worker fetches them. False if there is no such batch."""
         keys = self.backend.keys
         now = repr(time.time())
-        return bool(self.backend.scripts.batch_cancel(keys=[keys.batch(bid)], args=[now]))
+        call = BatchCancel(batch_key=keys.batch(bid), now=now)
+        return bool(call.run(self.backend.scripts.batch_cancel))
 
     def _read(self, ids: Ids) -> Found:
         keys = self.backend.keys

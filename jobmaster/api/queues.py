@@ -20,6 +20,7 @@ from typing import Any, cast
 from jobmaster.api.base import PAGE, Backend, Connection, as_bytes, texts
 from jobmaster.api.records import PEEK_BYTES, JobRecord
 from jobmaster.connection import byte_list
+from jobmaster.scripts import PeekList
 
 
 class Queue:
@@ -56,9 +57,8 @@ class Queue:
         forged 100 MB job is not fetched whole to list a page or a latency.
         ``client``: a pipeline to queue the call on (then the reply is
         ``records_of`` the pipeline's result)."""
-        reply = self.backend.scripts.peek_list(
-            keys=[self.key], args=[start, stop, PEEK_BYTES], client=client
-        )
+        call = PeekList(key=self.key, start=start, stop=stop, keep=PEEK_BYTES)
+        reply = call.run(self.backend.scripts.peek_list, client=client)
         return records_of(reply) if client is None else []
 
     def __iter__(self) -> Iterator[JobRecord]:

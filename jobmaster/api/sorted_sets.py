@@ -25,6 +25,7 @@ from jobmaster.api.records import PEEK_BYTES, SortedEntry
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import JobmasterError
 from jobmaster.recovery import Recovery
+from jobmaster.scripts import Peek
 
 KILLED = "killed by an operator"
 
@@ -89,8 +90,17 @@ class JobSet:
         ``truncated``; deleting or moving it finds it again by jid first."""
         if newest_first and by_score:
             low, high = high, low  # ZRANGE ... BYSCORE REV takes max first
-        args = [low, high, "BYSCORE" if by_score else "", "REV" if newest_first else ""]
-        reply = self.backend.scripts.peek(keys=[self.key], args=[*args, count, PEEK_BYTES, offset])
+        call = Peek(
+            key=self.key,
+            low=low,
+            high=high,
+            by_score=by_score,
+            rev=newest_first,
+            count=count,
+            keep=PEEK_BYTES,
+            offset=offset,
+        )
+        reply = call.run(self.backend.scripts.peek)
         return [
             SortedEntry.from_member(reply[i], float(reply[i + 2]), int(reply[i + 1]))
             for i in range(0, len(reply), 3)

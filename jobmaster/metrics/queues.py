@@ -39,7 +39,7 @@ from jobmaster.api.stats import QueueStats
 from jobmaster.connection import byte_list
 from jobmaster.keys import Keys
 from jobmaster.metrics.collector import QueueSnapshot
-from jobmaster.scripts import QUEUE_ENDS
+from jobmaster.scripts import QUEUE_ENDS, QueueEnds
 
 log = logging.getLogger("jobmaster.metrics.queues")
 
@@ -123,7 +123,9 @@ class QueueWatch:
         if not names:
             return QueueReading([], known, scheduled, retry, dead)
         pipe = self.redis.pipeline(transaction=False)
-        self._ends(keys=[keys.queue(n) for n in names], args=[END_BYTES], client=pipe)
+        QueueEnds(queue_keys=[keys.queue(n) for n in names], keep=END_BYTES).run(
+            self._ends, client=pipe
+        )
         pipe.smismember(keys.paused, names)
         pipe.smismember(keys.queues, names)
         ends, flags, listed = pipe.execute()

@@ -9,13 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobmaster.middleware.base import Defer, JobContext, Middleware
-
-# KEYS[1] the window's counter; ARGV[1] its TTL (s). Returns the count so far.
-COUNT = """
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return count
-"""
+from jobmaster.scripts import RateCount
 
 KeySpec = str | Callable[[dict[str, Any]], str]
 
@@ -48,9 +42,8 @@ class RateLimit(Middleware):
         name = self.key(job.payload) if callable(self.key) else self.key
         now = time.time()
         window = math.floor(now / self.per)
-        counter = f"{job.keys.prefix}ratelimit:{name}:{window}"
-        script = job.redis.register_script(COUNT)
-        count = int(script(keys=[counter], args=[max(1, math.ceil(self.per * 2))]))
+        counting = RateCount(job.keys.rate_window(name, window), max(1, math.ceil(self.per * 2)))
+        count = int(counting.run(job.scripts.rate_count))
         if count > self.limit:
             wait = (window + 1) * self.per - now + random.uniform(0, self.per / 10)
             raise Defer(wait, f"rate limit {name}: {self.limit} per {self.per:g}s")

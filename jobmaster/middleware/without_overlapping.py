@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobmaster.middleware.base import Defer, JobContext, Middleware
+from jobmaster.scripts import Unlock
 
 KeySpec = str | Callable[[dict[str, Any]], str]
 
@@ -34,4 +35,4 @@ class WithoutOverlapping(Middleware):
             raise Defer(wait, f"another job holds {lock.rsplit(':', 1)[-1]}")
 
     def after_process(self, job: JobContext, error: BaseException | None) -> None:
-        job.scripts.unlock(keys=[self.lock(job)], args=[job.jid, "release", 0])
+        Unlock(lock_key=self.lock(job), jid=job.jid).run(job.scripts.unlock)

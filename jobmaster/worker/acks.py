@@ -46,6 +46,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from jobmaster.scripts import Mark
+
 log = logging.getLogger("jobmaster.worker.acks")
 
 # Seconds a started job's "working" mark waits before it is sent: no-op and
@@ -195,8 +197,7 @@ class Acks:
         if marking is None:
             return None
         now = time.monotonic()
-        keys: list[Any] = [marking.inprogress_key]
-        args: list[Any] = []
+        due: list[tuple[str, bytes, int]] = []
         for key, entry in list(self._marks.items()):
             started, raw = entry
             if now - started < MARK_DELAY:
@@ -207,9 +208,11 @@ class Acks:
                     self._marks.setdefault(key, taken)
                 continue
             ttl_ms = marking.status_ttl * 1000 - round((now - started) * 1000)
-            keys.append(key)
-            args += [raw, max(1, ttl_ms)]
-        return Call(marking.script, keys, args) if args else None
+            due.append((key, raw, max(1, ttl_ms)))
+        if not due:
+            return None
+        call = Mark(inprogress_key=marking.inprogress_key, marks=due)
+        return Call(marking.script, call.keys(), call.argv())
 
     def _send(self, calls: list[Call]) -> None:
         if len(calls) == 1:

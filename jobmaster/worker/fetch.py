@@ -57,6 +57,7 @@ import random
 import threading
 from dataclasses import dataclass
 
+from jobmaster.scripts import Fetch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.wakeup import WorkSignal
 
@@ -116,10 +117,14 @@ class Fetcher:
     def fetch_many(self, count: int) -> list[Unit]:
         """One round trip: up to ``count`` jobs moved into our in-progress list."""
         order = self.queue_order()
-        keys = [self.ctx.inprogress_key, self.ctx.keys.paused]
-        keys.extend(self.queue_keys[name] for name in order)
+        call = Fetch(
+            inprogress_key=self.ctx.inprogress_key,
+            paused_key=self.ctx.keys.paused,
+            most=count,
+            queues=[(name, self.queue_keys[name]) for name in order],
+        )
         # No status here: a job is marked "working" as it starts (acks.py).
-        result = self.ctx.scripts.fetch(keys=keys, args=[count, *order])
+        result = call.run(self.ctx.scripts.fetch)
         if not result:
             return []
         if int(result[0]) > 0:

@@ -23,9 +23,10 @@ from jobmaster import payload as wire
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import Permanent
 from jobmaster.job import JobOptions
+from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
-from jobmaster.workflows.steps import Step, finish_step_arguments, step_of
+from jobmaster.workflows.steps import Step, step_of, workflow_step
 
 log = logging.getLogger("jobmaster.worker.outcome")
 
@@ -241,17 +242,6 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         lock_action = "extend" if outcome.kind in ("retry", "deferred") else "release"
         lock_ttl = round(max(0.0, outcome.score - now)) + LOCK_TTL
     limits = ctx.dead_limits
-    call_keys = [
-        ctx.inprogress_key,
-        keys.stat("processed"),
-        keys.stat_day("processed", day),
-        keys.stat("failed"),
-        keys.stat_day("failed", day),
-        target,
-        keys.status(outcome.jid),
-        keys.attempts(outcome.jid),
-        keys.unique(outcome.unique_digest or "-"),
-    ]
     error_class, _, error_message = outcome.error.partition(": ")
     attempt = {
         "started_at": outcome.started_at,
@@ -261,22 +251,31 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         "error_message": error_message or None,
         "worker": ctx.name,
     }
-    call_args = [
-        raw,
-        ("1" if outcome.failed else "0") if ran else "-",
-        DAY_COUNTER_TTL,
-        {"retry": "retry", "dead": "dead", "deferred": "retry"}.get(outcome.kind, ""),
-        wire.encode(outcome.stored) if outcome.stored is not None else b"",
-        outcome.score,
-        limits.max_jobs,
-        limits.cutoff(now),
-        outcome.status if ctx.status_ttl else "",
-        json.dumps(attempt) if ran else "",
-        ctx.status_ttl or 1,
-        lock_action,
-        outcome.jid,
-        lock_ttl,
-    ]
+    finish = Finish(
+        inprogress_key=ctx.inprogress_key,
+        processed_key=keys.stat("processed"),
+        processed_day_key=keys.stat_day("processed", day),
+        failed_key=keys.stat("failed"),
+        failed_day_key=keys.stat_day("failed", day),
+        target_key=target,
+        status_key=keys.status(outcome.jid),
+        attempts_key=keys.attempts(outcome.jid),
+        lock_key=keys.unique(outcome.unique_digest or "-"),
+        payload=raw,
+        failed=("1" if outcome.failed else "0") if ran else "-",
+        day_ttl=DAY_COUNTER_TTL,
+        target_kind={"retry": "retry", "dead": "dead", "deferred": "retry"}.get(outcome.kind, ""),
+        stored=wire.encode(outcome.stored) if outcome.stored is not None else b"",
+        score=outcome.score,
+        dead_cap=limits.max_jobs,
+        dead_cutoff=limits.cutoff(now),
+        status=outcome.status if ctx.status_ttl else "",
+        attempt=json.dumps(attempt) if ran else "",
+        status_ttl=ctx.status_ttl or 1,
+        lock_action=lock_action,
+        jid=outcome.jid,
+        lock_ttl=lock_ttl,
+    )
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1
     # A reply lost to a timeout or a dropped connection does not mean FINISH
@@ -290,24 +289,23 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     # a command held by CLIENT PAUSE is dropped with its closed connection.
     # So the outcome is recorded once, by whichever call removes the payload.
     script = ctx.scripts.finish
-    step_keys: list[str] = []
-    step_args: list[Any] = []
+    step: WorkflowStep | None = None
     if outcome.workflow is not None:
         # Built once, like the stored payload: a retried call pushes the same
         # next step (same jid), which the script pushes only once anyway.
         script = ctx.scripts.finish_step
-        step_keys, step_args = finish_step_arguments(
-            keys, outcome.kind, outcome.workflow, bool(ctx.status_ttl)
-        )
+        step = workflow_step(keys, outcome.kind, outcome.workflow, bool(ctx.status_ttl))
     resent = False
     while True:
+        sent = replace(finish, resent=resent)
+        call: ScriptCall = sent if step is None else FinishStep(sent, step)
         try:
             # Combined with the FINISH of threads ending jobs now (acks.py).
             listed = ctx.acks.call(
                 script,
-                [*call_keys, *step_keys],
-                [*call_args, "1" if resent else "0", *step_args],
-                settles=call_keys[6],  # its status key: a "working" mark is moot now
+                call.keys(),
+                call.argv(),
+                settles=finish.status_key,  # a "working" mark is moot now
             )
         except redis.RedisError as error:
             if isinstance(error, redis.ConnectionError | redis.TimeoutError):

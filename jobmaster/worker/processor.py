@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from jobmaster.scripts import Unlock
 from jobmaster.unique import UNTIL_STARTED
 from jobmaster.worker.executor import execute
 from jobmaster.worker.loop import OUTAGE_BACKOFF
@@ -38,7 +39,7 @@ def release_until_started(ctx: WorkerContext, payload: dict[str, Any]) -> None:
     if payload.get("unique") != UNTIL_STARTED or not isinstance(lock, str):
         return
     try:
-        ctx.scripts.unlock(keys=[ctx.keys.unique(lock)], args=[payload["jid"], "release", 0])
+        Unlock(lock_key=ctx.keys.unique(lock), jid=str(payload["jid"])).run(ctx.scripts.unlock)
     except redis.RedisError as error:  # it expires on its own (a bounded TTL)
         log.warning("could not release the unique lock of jid=%s: %s", payload["jid"], error)
 

@@ -50,7 +50,9 @@ from jobmaster.api.batches import BatchSet
 from jobmaster.client import Client, default_client
 from jobmaster.connection import describe_error
 from jobmaster.errors import EnqueueError
+from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
+from jobmaster.scripts import BatchAdd, BatchJob, CallbackTargets
 from jobmaster.workflows.signature import Signature, as_signature
 
 BATCH_TTL = 30 * 24 * 3600  # seconds a batch is kept after its last jobs were added
@@ -83,6 +85,19 @@ def callbacks_of(payload: Mapping[str, Any]) -> Targets:
         and len(value) == 2
         and all(isinstance(part, str) and part and wire.key_safe(part) for part in value)
     }
+
+
+def callback_targets(keys: Keys, callbacks: Mapping[str, tuple[str, str]]) -> CallbackTargets:
+    """The queue list and status key of each batch callback; any declared key
+    (the batches index) for one that is unknown."""
+
+    def target(name: str) -> tuple[str, str]:
+        queue, jid = callbacks.get(name, ("", ""))
+        return (keys.queue(queue), keys.status(jid)) if jid else (keys.batches, keys.batches)
+
+    return CallbackTargets(
+        complete=target("complete"), success=target("success"), death=target("death")
+    )
 
 
 @dataclass
@@ -188,42 +203,43 @@ class Batch:
         client, now = self.client, time.time()
         keys = client.keys
         targets = self.targets()
-        status_prefix = keys.status_prefix if client.status_ttl else ""
-        args: list[Any] = [
-            self.bid,
-            repr(now),
-            BATCH_TTL,
-            keys.queue_prefix,
-            keys.wakeup_prefix,
-            status_prefix,
-            client.status_ttl or 1,
-        ]
-        fields = self._fields()
-        args.append(len(fields))
-        for name, value in fields.items():
-            args += [name, value]
-        batch_keys = [
-            keys.batch(self.bid),
-            keys.batch_failed(self.bid),
-            keys.batches,
-            keys.queues,
-            keys.scheduled,
-        ]
-        for name in CALLBACKS:
-            queue, jid = targets.get(name, ("", ""))
-            batch_keys += [keys.queue(queue), keys.status(jid)] if jid else [keys.batches] * 2
         carried = {"batch_callbacks": {n: list(t) for n, t in targets.items()}}
+        jobs: list[BatchJob] = []
         for item in collected:
             payload = hooks.before_enqueue({**item.payload, "batch": self.bid, **carried})
             if payload is None:
                 continue  # dropped by a client middleware
             later = item.at is not None and item.at > now
             payload["enqueued_at"] = now
-            args += [payload["queue"], item.at if later else 0, payload["jid"]]
-            args.append(wire.encode(payload))
-            batch_keys += [keys.queue(str(payload["queue"])), keys.status(str(payload["jid"]))]
+            queue, jid = str(payload["queue"]), str(payload["jid"])
+            job = BatchJob(
+                queue=queue,
+                due=item.at if item.at is not None and later else 0,
+                jid=jid,
+                payload=wire.encode(payload),
+                queue_key=keys.queue(queue),
+                status_key=keys.status(jid),
+            )
+            jobs.append(job)
+        call = BatchAdd(
+            batch_key=keys.batch(self.bid),
+            failed_key=keys.batch_failed(self.bid),
+            batches_key=keys.batches,
+            queues_key=keys.queues,
+            scheduled_key=keys.scheduled,
+            callbacks=callback_targets(keys, targets),
+            bid=self.bid,
+            now=repr(now),
+            batch_ttl=BATCH_TTL,
+            queue_prefix=keys.queue_prefix,
+            wakeup_prefix=keys.wakeup_prefix,
+            status_prefix=keys.status_prefix if client.status_ttl else "",
+            status_ttl=client.status_ttl or 1,
+            fields=self._fields(),
+            jobs=jobs,
+        )
         try:
-            client.scripts.batch_add(keys=batch_keys, args=args)
+            call.run(client.scripts.batch_add)
         except redis.RedisError as error:
             reason = describe_error(error)
             raise EnqueueError(f"could not push batch {self.bid}: {reason}") from error

@@ -20,7 +20,8 @@ import redis
 
 from jobmaster import payload as wire
 from jobmaster.keys import Keys
-from jobmaster.workflows.batch import BATCH_TTL, CALLBACKS, callbacks_of
+from jobmaster.scripts import WorkflowStep
+from jobmaster.workflows.batch import BATCH_TTL, callback_targets, callbacks_of
 from jobmaster.workflows.chain import link
 from jobmaster.workflows.signature import Signature
 
@@ -127,44 +128,28 @@ def _int(value: object, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def callback_keys(keys: Keys, callbacks: Mapping[str, tuple[str, str]]) -> list[str]:
-    """The queue list and status key of each batch callback, in CALLBACKS order;
-    any declared key (the batches index) for one that is unknown."""
-    found: list[str] = []
-    for name in CALLBACKS:
-        queue, jid = callbacks.get(name, ("", ""))
-        found += [keys.queue(queue), keys.status(jid)] if jid else [keys.batches] * 2
-    return found
-
-
-def finish_step_arguments(
-    keys: Keys, kind: str, step: Step, status_on: bool
-) -> tuple[list[str], list[Any]]:
-    """The workflow part of FINISH_STEP and BURY_STEP: the ``k`` KEYS and ``a``
-    ARGV of WORKFLOW_FUNCTION (scripts.py documents them)."""
+def workflow_step(keys: Keys, kind: str, step: Step, status_on: bool) -> WorkflowStep:
+    """The workflow part of FINISH_STEP and BURY_STEP (WorkflowStep in scripts.py)."""
     now = time.time()
     follow = follow_up(kind, step.chain, now)
     batch = step.batch
-    call_keys = [
-        keys.queues,
-        keys.batch(batch) if batch else keys.batches,
-        keys.batch_failed(batch) if batch else keys.batches,
-        keys.chain(str(step.chain["id"])) if step.chain is not None else keys.batches,
-        keys.queue(follow.queue) if follow.jid else keys.batches,
-        keys.status(follow.jid) if follow.jid else keys.batches,
-        *callback_keys(keys, step.callbacks),
-        keys.scheduled,
-    ]
-    call_args: list[Any] = [
-        keys.queue_prefix,
-        keys.wakeup_prefix,
-        keys.status_prefix if status_on else "",
-        BATCH_EVENTS.get(kind, "") if batch else "",
-        repr(now),
-        follow.event,
-        follow.queue,
-        follow.jid,
-        follow.payload,
-        BATCH_TTL,
-    ]
-    return call_keys, call_args
+    return WorkflowStep(
+        queues_key=keys.queues,
+        batch_key=keys.batch(batch) if batch else keys.batches,
+        batch_failed_key=keys.batch_failed(batch) if batch else keys.batches,
+        chain_key=keys.chain(str(step.chain["id"])) if step.chain is not None else keys.batches,
+        follow_queue_key=keys.queue(follow.queue) if follow.jid else keys.batches,
+        follow_status_key=keys.status(follow.jid) if follow.jid else keys.batches,
+        callbacks=callback_targets(keys, step.callbacks),
+        scheduled_key=keys.scheduled,
+        queue_prefix=keys.queue_prefix,
+        wakeup_prefix=keys.wakeup_prefix,
+        status_prefix=keys.status_prefix if status_on else "",
+        batch_event=BATCH_EVENTS.get(kind, "") if batch else "",
+        now=repr(now),
+        chain_event=follow.event,
+        follow_queue=follow.queue,
+        follow_jid=follow.jid,
+        follow_payload=follow.payload,
+        failed_ttl=BATCH_TTL,
+    )

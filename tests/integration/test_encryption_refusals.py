@@ -3,7 +3,7 @@
 A cleartext payload for an encrypted job ran with the attacker's arguments;
 it is now buried unread. A seal names its jid and job, so it cannot be moved
 into another job's payload. A sealed payload pushed again whole (the same
-jid) is a replay: it runs again, as the README says.
+jid) is a replay: it runs again, as docs/jobs.md says.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The README's Redis ACL rule: enough for jobmaster, nothing outside its namespace.
+"""The documented Redis ACL rule: enough for jobmaster, nothing outside its namespace.
 
-The rule is read from README.md (tests/acl.py). Here a worker and a producer
-run under it in another namespace (the substitution the README describes),
+The rule is read from docs/redis-deployment.md (tests/acl.py). Here a worker and a producer
+run under it in another namespace (the substitution the page describes),
 and the user is shown to be refused every key, channel and keyless command
 that is not jobmaster's. tests/process/test_redis_acl.py runs the real master.
 """
@@ -96,7 +96,7 @@ REFUSED: list[tuple[str, tuple[object, ...]]] = [
 
 @pytest.fixture(scope="module")
 def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
-    """One server with the README's user for every refusal below (one server each
+    """One server with the documented user for every refusal below (one server each
     would cost more than the checks); a refusal that failed shows in the next ones."""
     server = RedisServerProcess(tmp_path_factory.mktemp("redis-acl"), port=helpers.free_port())
     server.start()
@@ -162,7 +162,7 @@ PRODUCER_REFUSED: list[tuple[str, tuple[object, ...]]] = [
 def test_the_producer_user_enqueues_every_way_and_controls_nothing(
     private_redis: RedisServerProcess, admin: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The README's producer user (no ``control:*``): a remote stop pushed by a
+    """The documented producer user (no ``control:*``): a remote stop pushed by a
     web app's credentials is refused, and so is every forgery of worker state."""
     import jobmaster
 

@@ -29,6 +29,8 @@ from jobmaster.config import Config, PeriodicEntry
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.keys import Keys
 from jobmaster.metrics.queues import QueueWatch
+from jobmaster.middleware.base import JobContext
+from jobmaster.middleware.rate_limit import RateLimit
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery
@@ -190,6 +192,8 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
     watch = QueueWatch(store, "jobmaster", ["default"])  # QUEUE_ENDS, for /metrics
     watch.refresh(0.0)
     assert watch.latest is not None
+    limiter = RateLimit("api", limit=5, per=60)  # RATE_COUNT, the rate limiter's window
+    limiter.admit(JobContext({"jid": "j"}, "default", "host:1", store, K, client.scripts))
 
 
 def test_every_key_a_script_touches_was_declared_in_keys(

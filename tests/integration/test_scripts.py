@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from jobmaster.keys import Keys
-from jobmaster.scripts import Scripts
+from jobmaster.scripts import Fetch, Finish, Mark, Push, Scripts, Transfer
 
 K = Keys()
 INPROG = K.inprogress("host:1:abc")
@@ -20,8 +20,8 @@ def scripts(store: redis.Redis) -> Scripts:
 
 
 def fetch(scripts: Scripts, queues: list[str], count: int = 1) -> list[object] | None:
-    keys = [INPROG, K.paused, *(K.queue(q) for q in queues)]
-    return scripts.fetch(keys=keys, args=[count, *queues])  # type: ignore[no-any-return]
+    call = Fetch(INPROG, K.paused, count, [(q, K.queue(q)) for q in queues])
+    return call.run(scripts.fetch)  # type: ignore[no-any-return]
 
 
 def test_fetch_moves_the_oldest_job_into_the_inprogress_list(
@@ -71,35 +71,32 @@ def finish(
     cap: int = 10,
     cutoff: float = 0,
 ) -> int:
-    keys = [
-        INPROG,
-        K.stat("processed"),
-        K.stat("processed") + ":d",
-        K.stat("failed"),
-        K.stat("failed") + ":d",
-        K.retry if target == "retry" else K.dead,
-        K.status("j1"),
-        K.attempts("j1"),
-        K.unique("d1"),
-    ]
-    attempt = '{"outcome": "complete"}'
-    args = [
-        raw,
-        "1" if failed else "0",
-        100,
-        target,
-        stored,
-        score,
-        cap,
-        cutoff,
-        "complete",
-        attempt,
-        60,
-        "",
-        "j1",
-        0,
-    ]
-    return int(scripts.finish(keys=keys, args=args))
+    call = Finish(
+        inprogress_key=INPROG,
+        processed_key=K.stat("processed"),
+        processed_day_key=K.stat("processed") + ":d",
+        failed_key=K.stat("failed"),
+        failed_day_key=K.stat("failed") + ":d",
+        target_key=K.retry if target == "retry" else K.dead,
+        status_key=K.status("j1"),
+        attempts_key=K.attempts("j1"),
+        lock_key=K.unique("d1"),
+        payload=raw,
+        failed="1" if failed else "0",
+        day_ttl=100,
+        target_kind=target,
+        stored=stored,
+        score=score,
+        dead_cap=cap,
+        dead_cutoff=cutoff,
+        status="complete",
+        attempt='{"outcome": "complete"}',
+        status_ttl=60,
+        lock_action="",
+        jid="j1",
+        lock_ttl=0,
+    )
+    return int(call.run(scripts.finish))
 
 
 def test_finish_acknowledges_and_counts(store: redis.Redis, scripts: Scripts) -> None:
@@ -142,22 +139,23 @@ def transfer(
     new: bytes | None = None,
 ) -> int:
     return int(
-        scripts.transfer(
-            keys=[source, target, K.queues, K.status("j1")],
-            args=[
-                kind,
-                raw,
-                new or raw,
-                where,
-                5,
-                "q",
-                K.wakeup_channel("q"),
-                0,
-                "-inf",
-                "queued",
-                60,
-            ],
-        )
+        Transfer(
+            source_key=source,
+            target_key=target,
+            queues_key=K.queues,
+            status_key=K.status("j1"),
+            source_kind=kind,
+            entry=raw,
+            stored=new or raw,
+            target_kind=where,
+            score=5,
+            queue="q",
+            wakeup_channel=K.wakeup_channel("q"),
+            cap=0,
+            cutoff="-inf",
+            status="queued",
+            status_ttl=60,
+        ).run(scripts.transfer)
     )
 
 
@@ -187,7 +185,7 @@ def test_push_script_handles_more_payloads_than_unpack_allows(
     store: redis.Redis, scripts: Scripts
 ) -> None:
     payloads = [json.dumps({"n": n}).encode() for n in range(1000)]
-    count = scripts.push(keys=[K.queue("q"), K.queues], args=["q", "chan", 0, *payloads])
+    count = Push(K.queue("q"), K.queues, "q", "chan", 0, payloads).run(scripts.push)
     assert count == 1000 and store.llen(K.queue("q")) == 1000
 
 
@@ -195,11 +193,11 @@ def test_status_follows_the_job_through_push_fetch_and_finish(
     store: redis.Redis, scripts: Scripts
 ) -> None:
     payload = json.dumps({"jid": "j1", "job": "x", "args": [], "queue": "q"}).encode()
-    scripts.push(keys=[K.queue("q"), K.queues, K.status("j1")], args=["q", "chan", 60, payload])
+    Push(K.queue("q"), K.queues, "q", "chan", 60, [payload], [K.status("j1")]).run(scripts.push)
     assert store.get(K.status("j1")) == b"queued" and 0 < store.ttl(K.status("j1")) <= 60
     fetch(scripts, ["q"])
     assert store.get(K.status("j1")) == b"queued"  # FETCH writes no key it is not given
-    assert scripts.mark(keys=[INPROG, K.status("j1")], args=[payload, 59_000]) == 1
+    assert Mark(INPROG, [(K.status("j1"), payload, 59_000)]).run(scripts.mark) == 1
     assert store.get(K.status("j1")) == b"working" and 58 <= store.ttl(K.status("j1")) <= 59
     finish(scripts, payload, failed=False, target="")
     assert store.get(K.status("j1")) == b"complete"
@@ -216,9 +214,8 @@ def test_mark_leaves_a_job_no_longer_in_progress_as_it_is(
     keeps its status: the mark never says "working" of a job nobody runs."""
     store.lpush(INPROG, b"still-here")
     store.set(K.status("gone"), "queued")
-    marked = scripts.mark(
-        keys=[INPROG, K.status("gone"), K.status("here")], args=[b"gone", 5000, b"still-here", 5000]
-    )
+    marks = [(K.status("gone"), b"gone", 5000), (K.status("here"), b"still-here", 5000)]
+    marked = Mark(INPROG, marks).run(scripts.mark)
     assert marked == 1
     assert store.get(K.status("gone")) == b"queued"
     assert store.get(K.status("here")) == b"working"

@@ -1,6 +1,6 @@
-"""A real master, producers and ``jobmaster check`` run as the README's ACL user.
+"""A real master, producers and ``jobmaster check`` run as the documented ACL user.
 
-The user is created from the ``ACL SETUSER`` line of README.md (tests/acl.py),
+The user is created from the ``ACL SETUSER`` line of docs/redis-deployment.md (tests/acl.py),
 and the default user is switched off, so anything that connects otherwise
 fails. The run covers fetch and acknowledgement, the scheduled and retry
 pollers, a unique lock, a periodic entry, heartbeats, a child killed under a
@@ -35,7 +35,7 @@ HARNESS_PASSWORD = "harness-" + "77d0a2"
 
 @dataclass
 class Users:
-    jobmaster_url: str  # the README's user
+    jobmaster_url: str  # the documented user
     harness_url: str  # the test's own user, allowed everything
     harness: redis.Redis
 
@@ -58,7 +58,7 @@ def users(private_redis: RedisServerProcess) -> Iterator[Users]:
 
 
 def cli(*args: str, url: str) -> str:
-    """``jobmaster ARGS`` as the README's user (the environment names no other URL)."""
+    """``jobmaster ARGS`` as the documented user (the environment names no other URL)."""
     done = subprocess.run(
         [jobmaster_command(), *args, "--redis-url", url],
         cwd=ROOT,

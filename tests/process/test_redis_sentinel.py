@@ -11,7 +11,7 @@ The primary is stopped with SHUTDOWN after ``WAIT 1``: since Redis 7.0,
 SHUTDOWN also pauses writes and waits for the replicas to catch up, so
 nothing it acknowledged is missing from the replica. A crash (SIGKILL) can
 lose the writes not yet replicated, which is Redis's own limit (replication
-is asynchronous; README, "Redis: TLS, ACL users, Sentinel"), so that is not
+is asynchronous; docs/redis-deployment.md), so that is not
 what this test measures. The test jobs record their runs on the suite's
 plain server (JOBMASTER_REDIS_URL), away from the failover.
 """
