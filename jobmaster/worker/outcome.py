@@ -20,6 +20,7 @@ from typing import Any, Literal
 import redis
 
 from jobmaster import payload as wire
+from jobmaster import results
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import Permanent
 from jobmaster.job import JobOptions
@@ -242,6 +243,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         lock_action = "extend" if outcome.kind in ("retry", "deferred") else "release"
         lock_ttl = round(max(0.0, outcome.score - now)) + LOCK_TTL
     limits = ctx.dead_limits
+    ended = outcome.status in results.ENDED
     error_class, _, error_message = outcome.error.partition(": ")
     attempt = {
         "started_at": outcome.started_at,
@@ -275,6 +277,9 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         lock_action=lock_action,
         jid=outcome.jid,
         lock_ttl=lock_ttl,
+        result_key=keys.result(outcome.jid),
+        # An end wakes whoever waits in jobmaster.result (results.py).
+        ended_channel=keys.ended_channel(outcome.jid) if ctx.status_ttl and ended else "",
     )
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1

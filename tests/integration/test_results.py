@@ -24,7 +24,11 @@ import jobmaster
 from jobmaster import results
 from jobmaster.cli import main
 from jobmaster.client import Client
+from jobmaster.deadset import DeadSetLimits
 from jobmaster.keys import Keys
+from jobmaster.poison import crash_triage
+from jobmaster.recovery import Recovery
+from jobmaster.scripts import Finish
 from tests.helpers import wait_until
 
 K = Keys()
@@ -289,3 +293,111 @@ def test_jobmaster_status_reads_a_huge_result_only_in_part(
     assert "bytes in all)" in text and len(text) < 100 * 1024
     shown = json.loads(status_command(redis_url, JID, "--json"))
     assert len(shown["result"]) == results.SHOW_BYTES and shown["result_bytes"] > 10**7
+
+
+# -- what the scripts write: FINISH (the worker) and BURY (the master) -------------
+INPROG = K.inprogress("host:1:abc")
+
+
+def finish_call(raw: bytes, result: bytes, channel: str, *, status: str = "complete") -> Finish:
+    return Finish(
+        inprogress_key=INPROG,
+        processed_key=K.stat("processed"),
+        processed_day_key=K.stat("processed") + ":d",
+        failed_key=K.stat("failed"),
+        failed_day_key=K.stat("failed") + ":d",
+        target_key=K.dead,
+        status_key=K.status(JID),
+        attempts_key=K.attempts(JID),
+        lock_key=K.unique("-"),
+        result_key=K.result(JID),
+        payload=raw,
+        failed="0",
+        day_ttl=100,
+        target_kind="",
+        stored=b"",
+        score=0,
+        dead_cap=10,
+        dead_cutoff=0,
+        status=status,
+        attempt=json.dumps({"outcome": status}),
+        status_ttl=120,
+        lock_action="",
+        jid=JID,
+        lock_ttl=0,
+        result=result,
+        ended_channel=channel,
+    )
+
+
+def listening(store: redis.Redis, channel: str) -> Any:
+    pubsub = store.pubsub()
+    pubsub.subscribe(channel)
+    assert message(pubsub, "subscribe") == 1
+    return pubsub
+
+
+def message(pubsub: Any, kind: str = "message", timeout: float = 5) -> Any:
+    """The data of the next message of ``kind``; None if none came within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        found = pubsub.get_message(timeout=left)
+        if found is not None and found["type"] == kind:
+            return found["data"]
+    return None
+
+
+def test_finish_stores_the_result_with_the_status_ttl_and_publishes_the_end(
+    client: Client, store: redis.Redis
+) -> None:
+    pubsub = listening(store, K.ended_channel(JID))
+    store.lpush(INPROG, b"job")
+    finish_call(b"job", b'{"a":1}', K.ended_channel(JID)).run(client.scripts.finish)
+    assert message(pubsub) == b"complete"
+    assert store.get(K.result(JID)) == b'{"a":1}'
+    assert 110 < store.ttl(K.result(JID)) <= 120 and 110 < store.ttl(K.status(JID)) <= 120
+    assert client.result(JID) == {"a": 1}
+    pubsub.close()
+
+
+def test_finish_without_a_result_or_channel_writes_and_sends_neither(
+    client: Client, store: redis.Redis
+) -> None:
+    pubsub = listening(store, K.ended_channel(JID))
+    store.lpush(INPROG, b"job")
+    finish_call(b"job", b"", "", status="retrying").run(client.scripts.finish)
+    assert store.get(K.status(JID)) == b"retrying" and not store.exists(K.result(JID))
+    assert message(pubsub, timeout=0.3) is None
+    # Not ours any more (pushed back, recovered): nothing written, nothing sent.
+    finish_call(b"job", b"1", K.ended_channel(JID)).run(client.scripts.finish)
+    assert not store.exists(K.result(JID)) and message(pubsub, timeout=0.3) is None
+    pubsub.close()
+
+
+def test_a_job_buried_by_the_master_wakes_its_waiter_as_dead(
+    client: Client, store: redis.Redis
+) -> None:
+    payload = {"jid": JID, "job": "tests.x", "args": [], "queue": "default"}
+    raw = json.dumps(payload).encode()
+    store.set(K.status(JID), "working")
+    store.lpush(INPROG, raw)
+    recovery = Recovery(store, K, client.scripts, DeadSetLimits(100, 30), status_ttl=60)
+    got: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            client.result(JID, wait=20)
+        except jobmaster.JobFailed as failed:
+            got.append(failed)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    wait_until(lambda: store.pubsub_numsub(K.ended_channel(JID))[0][1] == 1, timeout=5)
+    started = time.monotonic()
+    recovery.requeue(INPROG, [raw], triage=crash_triage(1, "", "SIGKILL"))
+    waiter.join(timeout=10)
+    assert time.monotonic() - started < 2  # woken by BURY's message, not a recheck
+    [failed] = got
+    assert isinstance(failed, jobmaster.JobFailed) and failed.status == "dead"
+    assert failed.error_class == "PoisonPill"
+    assert failed.error_message == "the worker process died while running this job once: SIGKILL"
