@@ -7,9 +7,9 @@ keys that JSON would silently turn into strings) completes the job all
 the same with a result of None, and a ``job.result_dropped`` log line says
 why. Raising instead would retry a job that did its work.
 
-``kept_for`` is how long the status, attempts and result of an ended job
-are kept: its ``result_ttl`` (a payload field, job.py), else ``status_ttl``.
-results.py reads what this writes.
+``result_ttl`` is how long the status, attempts and result of an ended job
+are kept: its ``result_ttl`` (a payload field, job.py), else (None) the
+workers' ``status_ttl``. results.py reads what FINISH writes.
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ def encode(value: Any, jid: str, job: str) -> bytes | None:
         return None
 
 
-def kept_for(payload: Mapping[str, Any], status_ttl: int) -> int:
-    """Seconds an ended job's status and result are kept: its ``result_ttl`` if it
-    is a number of seconds >= 1, else ``status_ttl`` (a forged value is ignored)."""
+def result_ttl(payload: Mapping[str, Any]) -> int | None:
+    """The job's ``result_ttl`` in whole seconds: how long its status, attempts and
+    result are kept once it ended (None: ``status_ttl``). A forged value (not a
+    number of seconds >= 1) is ignored, a huge one capped."""
     value = payload.get("result_ttl")
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return status_ttl
+        return None
     if not 1 <= value < math.inf:
-        return status_ttl
+        return None
     return min(round(value), LONGEST_TTL)

@@ -60,20 +60,20 @@ def test_what_json_cannot_encode_is_dropped_with_a_log_line(
 @pytest.mark.parametrize(
     ("payload", "kept"),
     [
-        ({}, 86400),
+        ({}, None),
         ({"result_ttl": 60}, 60),
         ({"result_ttl": 90.6}, 91),
         ({"result_ttl": 10**30}, returns.LONGEST_TTL),
-        ({"result_ttl": 0}, 86400),
-        ({"result_ttl": -5}, 86400),
-        ({"result_ttl": True}, 86400),
-        ({"result_ttl": "60"}, 86400),
-        ({"result_ttl": None}, 86400),
-        ({"result_ttl": math.inf}, 86400),
-        ({"result_ttl": math.nan}, 86400),
+        ({"result_ttl": 0}, None),
+        ({"result_ttl": -5}, None),
+        ({"result_ttl": True}, None),
+        ({"result_ttl": "60"}, None),
+        ({"result_ttl": None}, None),
+        ({"result_ttl": math.inf}, None),
+        ({"result_ttl": math.nan}, None),
     ],
 )
-def test_kept_for_is_the_jobs_result_ttl_when_it_is_sane(
-    payload: dict[str, Any], kept: int
+def test_result_ttl_is_the_payloads_when_it_is_sane(
+    payload: dict[str, Any], kept: int | None
 ) -> None:
-    assert returns.kept_for(payload, 86400) == kept
+    assert returns.result_ttl(payload) == kept
