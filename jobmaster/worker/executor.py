@@ -30,6 +30,7 @@ from jobmaster.errors import JobTimeout
 from jobmaster.job import JobFunction
 from jobmaster.middleware import base as hooks
 from jobmaster.middleware.base import Defer, JobContext
+from jobmaster.worker import returns
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Unit
 from jobmaster.worker.outcome import (
@@ -135,7 +136,7 @@ def _call(
             watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext(),
             running_in(payload),
         ):
-            job.func(*arguments[0], **arguments[1])
+            value = job.func(*arguments[0], **arguments[1])
     except BaseException as error:  # a job's SystemExit must not end the thread either
         if isinstance(error, JobTimeout) and not str(error):
             error = JobTimeout(f"ran past its timeout of {timeout:g}s")
@@ -144,7 +145,9 @@ def _call(
         return with_hook(with_unique(outcome, payload), payload, options, error), error
     took = (time.monotonic() - started) * 1000
     _event(logging.INFO, "job.done", context, "done in %.1f ms", took, duration_ms=took)
-    return with_hook(with_unique(succeeded(payload), payload), payload, options, None), None
+    result = returns.encode(value, str(payload["jid"]), str(payload["job"]))
+    done = succeeded(payload, result)
+    return with_hook(with_unique(done, payload), payload, options, None), None
 
 
 def _event(

@@ -26,6 +26,7 @@ from jobmaster.errors import Permanent
 from jobmaster.job import JobOptions
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED
+from jobmaster.worker import returns
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
 from jobmaster.workflows.steps import Step, step_of, workflow_step
 
@@ -60,6 +61,8 @@ class Outcome:
     hook: Callable[[], Any] | None = None
     unique_digest: str | None = None  # an until_executed job's lock, to release or extend
     workflow: Step | None = None  # its batch or chain, moved by FINISH_STEP
+    result: bytes | None = None  # its return value as JSON (returns.py); None: nothing kept
+    result_ttl: int | None = None  # seconds its end is kept (None: status_ttl)
 
     @property
     def status(self) -> str:
@@ -67,8 +70,15 @@ class Outcome:
         return STATUS[self.kind]
 
 
-def succeeded(payload: dict[str, Any]) -> Outcome:
-    return Outcome("done", str(payload["jid"]), str(payload["job"]), workflow=step_of(payload))
+def succeeded(payload: dict[str, Any], result: bytes | None = None) -> Outcome:
+    return Outcome(
+        "done",
+        str(payload["jid"]),
+        str(payload["job"]),
+        workflow=step_of(payload),
+        result=result,
+        result_ttl=returns.result_ttl(payload),
+    )
 
 
 def skipped(payload: dict[str, Any]) -> Outcome:
@@ -136,6 +146,7 @@ def decide_failure(
             reason="retry is off",
             error=described,
             workflow=workflow,
+            result_ttl=returns.result_ttl(payload),
         )
     limit = DEFAULT_RETRY if retry is True or not isinstance(retry, int) else retry
     if isinstance(error, Permanent):
@@ -170,6 +181,7 @@ def decide_failure(
         reason=reason,
         error=described,
         workflow=workflow,
+        result_ttl=returns.result_ttl(payload),
     )
 
 
@@ -244,6 +256,8 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         lock_ttl = round(max(0.0, outcome.score - now)) + LOCK_TTL
     limits = ctx.dead_limits
     ended = outcome.status in results.ENDED
+    # An end is kept the job's result_ttl, its status, attempts and result alike.
+    status_ttl = (outcome.result_ttl if ended else None) or ctx.status_ttl
     error_class, _, error_message = outcome.error.partition(": ")
     attempt = {
         "started_at": outcome.started_at,
@@ -273,11 +287,12 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         dead_cutoff=limits.cutoff(now),
         status=outcome.status if ctx.status_ttl else "",
         attempt=json.dumps(attempt) if ran else "",
-        status_ttl=ctx.status_ttl or 1,
+        status_ttl=status_ttl or 1,
         lock_action=lock_action,
         jid=outcome.jid,
         lock_ttl=lock_ttl,
         result_key=keys.result(outcome.jid),
+        result=outcome.result if ctx.status_ttl and outcome.result is not None else b"",
         # An end wakes whoever waits in jobmaster.result (results.py).
         ended_channel=keys.ended_channel(outcome.jid) if ctx.status_ttl and ended else "",
     )
