@@ -21,7 +21,7 @@ import click
 import redis
 
 from jobmaster import exitcodes, results
-from jobmaster.app import AppImportError, load_app
+from jobmaster.app import AppImportError, check_periodic, load_app, unknown_job_warning
 from jobmaster.client import Client, default_from_config
 from jobmaster.commands.output import echo
 from jobmaster.config import Config, load_config
@@ -42,9 +42,22 @@ class DefaultRunGroup(click.Group):
         # The group's own options stay the group's: --version went to ``run``
         # (and failed with "no such option") before.
         own = ("--help", "-h", "--version")
-        if not args or (args[0] not in self.commands and args[0] not in own):
+        if len(args) > 2 and args[0] in ("-c", "--config") and args[2] in self.commands:
+            # ``jobmaster -c FILE check``: the file goes to the command named after it
+            # (it was run's, which failed on "unexpected extra argument (check)").
+            args = [args[2], *args[:2], *args[3:]]
+        elif not args or (args[0] not in self.commands and args[0] not in own):
             args = ["run", *args]
         return super().parse_args(ctx, args)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """``-c FILE`` first: every command takes it, and the bare ``jobmaster -c
+        FILE`` starts the master, so the group's help must not hide it."""
+        rows = [("-c, --config FILE", "The TOML config file, for any command (or run).")]
+        rows += [row for param in self.get_params(ctx) if (row := param.get_help_record(ctx))]
+        with formatter.section("Options"):
+            formatter.write_dl(rows)
+        self.format_commands(ctx, formatter)
 
 
 def hide_url_password(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -72,6 +85,7 @@ def config_options(func: F) -> F:
         "--redis-url",
         "redis_url",
         default=None,
+        metavar=SETTINGS["redis_url"].metavar,
         help=SETTINGS["redis_url"].help,
         callback=hide_url_password,
     )(func)
@@ -86,13 +100,15 @@ def setting_options(func: F) -> F:
     for setting in reversed(list(SETTINGS.values())):
         if not setting.cli or setting.name == "redis_url":
             continue
-        env = f" [env: {', '.join(setting.env_vars)}]" if setting.env_vars else ""
+        extras = [f"env: {', '.join(setting.env_vars)}"] if setting.env_vars else []
+        extras += [setting.bounds] if setting.bounds else []
         func = click.option(
             *setting.cli,
             setting.name,
+            metavar=setting.metavar,  # the value is parsed by load_config, as file and env are
             multiple=setting.multiple,
             default=None,
-            help=setting.help + env,
+            help=setting.help + (f"  [{'; '.join(extras)}]" if extras else ""),
         )(func)
     return func
 
@@ -138,11 +154,11 @@ def main() -> None:
 @reports_errors
 def run(config_file: str | None, debug: bool, **overrides: Any) -> None:
     """Start the master and its children (the default command). Flags override the file."""
-    from jobmaster.supervisor.master import Master
+    from jobmaster.supervisor.build import build_master
 
     config = load(config_file, overrides)
     with prepared(config) as embedded:
-        code = Master(config, embedded).run()
+        code = build_master(config, embedded).run()
     sys.exit(code)
 
 
@@ -160,7 +176,7 @@ def worker(config_file: str | None, debug: bool, **overrides: Any) -> None:
     from jobmaster.worker.child import serve
 
     config = load(config_file, overrides)
-    with prepared(config) as embedded:
+    with prepared(config, preload=True) as embedded:  # no fork: always import the app
         signals = SignalQueue(CHILD_SIGNALS)
         signals.install()
         try:
@@ -171,7 +187,7 @@ def worker(config_file: str | None, debug: bool, **overrides: Any) -> None:
 
 
 @contextlib.contextmanager
-def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
+def prepared(config: Config, *, preload: bool | None = None) -> Iterator[EmbeddedRedis | None]:
     """Logging, then the embedded Redis (started first, stopped last), then the app."""
     from jobmaster.log import setup_logging
 
@@ -181,7 +197,7 @@ def prepared(config: Config) -> Iterator[EmbeddedRedis | None]:
         embedded.start()
     default_from_config(config)  # jobs that enqueue jobs use the workers' Redis settings
     try:
-        if config.preload:
+        if config.preload if preload is None else preload:
             load_app(config)  # before forking: children share its memory
         yield embedded
     finally:
@@ -197,6 +213,7 @@ def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     """Validate the config, import the app, reach Redis; print what would run."""
     config = load(config_file, overrides)
     jobs = load_app(config)
+    check_periodic(config)
     lines = [
         f"config:      {config.source or '(none: defaults and environment)'}",
         f"app:         {', '.join(config.app) or '(none)'}",
@@ -281,6 +298,9 @@ def enqueue(
         except ValueError as error:
             raise ConfigError(f"argument {index} ({text!r}) is not JSON: {error}") from None
     config = load(config_file, {"redis_url": redis_url})
+    warning = unknown_job_warning(config, job)
+    if warning is not None:
+        echo(f"jobmaster: warning: {warning}", err=True)
     client = Client.from_config(config)
     item: dict[str, Any] = {"job": job, "args": args, "queue": queue}
     if delay is not None:

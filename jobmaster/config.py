@@ -60,6 +60,7 @@ class Config:
     """The settings in force, one attribute per entry of ``SETTINGS``."""
 
     app: list[str] = field(default_factory=_default("app"))
+    pythonpath: list[str] = field(default_factory=_default("pythonpath"))  # absolute
     middleware: list[str] = field(default_factory=_default("middleware"))
     # Not in the repr: it may hold a password (``redis_url_masked`` shows it safely).
     redis_url: str = field(default_factory=_default("redis_url"), repr=False)
@@ -169,6 +170,11 @@ def load_config(
     # Producers and workers started from different folders with the same
     # config file must find the same embedded Redis socket.
     values["data_dir"] = os.path.abspath(os.path.join(base, os.path.expanduser(values["data_dir"])))
+    # Likewise the app's folders: `jobmaster -c deploy/jobmaster.toml` works from anywhere.
+    values["pythonpath"] = [
+        os.path.abspath(os.path.join(base, os.path.expanduser(item)))
+        for item in values["pythonpath"]
+    ]
     return Config(**values, source=source, periodic=periodic)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import inspect
 import json
 import math
 import time
@@ -185,10 +186,26 @@ class BoundJob(Generic[P, R]):
         return str(built["jid"]) if pushed else None  # None: a client middleware dropped it
 
 
+def refuse_async(func: Callable[..., Any], name: str) -> None:
+    """Raise TypeError for an ``async def`` job (or a callable whose ``__call__`` is).
+
+    A worker would call it, get a coroutine that is never awaited, and record
+    the job complete with its body never run. Until async jobs are supported
+    (SPEC 12), decorating one fails at import, where it is seen at once.
+    """
+    call = getattr(func, "__call__", None)  # noqa: B004 - an instance's async __call__
+    if any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (func, call)):
+        raise TypeError(
+            f"job {name!r} is an async def function: async jobs are not supported yet; "
+            "make it a plain def (it may call asyncio.run(...))"
+        )
+
+
 class JobFunction(Generic[P, R]):
     """A function registered as a job."""
 
     def __init__(self, func: Callable[P, R], name: str, options: JobOptions) -> None:
+        refuse_async(func, name)
         self.func = func
         self.name = name
         self.job_options = options
@@ -288,6 +305,8 @@ def job(
     )
 
     def decorate(function: Callable[P, R]) -> JobFunction[P, R]:
+        shown = getattr(function, "__qualname__", type(function).__qualname__)  # an instance
+        refuse_async(function, name or shown)  # before the name is made: not a job at all
         job_name = name or f"{function.__module__}.{function.__qualname__}"
         return JobFunction(function, job_name, options)
 

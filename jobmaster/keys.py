@@ -123,6 +123,10 @@ class Keys:
         """A unique job's lock: holds the jid that owns it, always with a TTL."""
         return f"{self.prefix}unique:{digest}"
 
+    def overlap(self, name: str) -> str:
+        """A WithoutOverlapping middleware's lock: holds the jid running under it."""
+        return f"{self.prefix}overlap:{name}"
+
     def rate_window(self, name: str, window: int) -> str:
         """A RateLimit middleware's counter for one fixed window (expires with it)."""
         return f"{self.prefix}ratelimit:{name}:{window}"

@@ -33,6 +33,13 @@ PROC = Path("/proc")
 PID_MAX = 2**22  # Linux's largest pid_max
 
 
+def beat_interval(ttl: float) -> float:
+    """Seconds between two heartbeats: three chances to beat within ``ttl``,
+    so one slow round never makes a live process look dead (and its jobs
+    orphans); at most 5 s, so an idle process costs Redis little."""
+    return max(0.5, min(5.0, ttl / 3))
+
+
 @functools.cache
 def locus() -> str:
     """``BOOT_ID/PIDNS`` of this machine and pid namespace, or "" where Linux's

@@ -45,6 +45,11 @@ class Setting:
     # How the README shows the default when the value itself would mislead
     # (``processes = None`` means "as many as there are usable CPUs").
     default_doc: str | None = None
+    # How ``--help`` shows the flag's value and its range, as click shows its
+    # own types ("INTEGER RANGE", "[x>=1]"); the value is still checked by
+    # ``parse``, so a bad one gets the same message as in the file or env.
+    metavar: str = "TEXT"
+    bounds: str = ""
 
     @property
     def env_vars(self) -> tuple[str, ...]:
@@ -178,6 +183,14 @@ def path(value: object) -> str:
     if "\x00" in text:
         raise ValueError(f"must be a path without NUL characters, {_got(value)}")
     return text
+
+
+def paths(value: object) -> list[str]:
+    """A list of folder paths: a bare string is refused, since a comma or a
+    space may be part of a path and no split of it can be trusted."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f'must be a list of paths such as ["src"], {_got(value)}')
+    return [path(item) for item in value]
 
 
 def _items(value: object, what: str) -> list[str]:
@@ -443,6 +456,14 @@ _ALL = [
         parse=modules,
         cli=("-a", "--app"),
         multiple=True,
+        metavar="MODULE",
+    ),
+    Setting(
+        name="pythonpath",
+        default=[],
+        help="Folders put on sys.path before the app is imported, relative to the config "
+        "file (the current folder and the config file's folder always are).",
+        parse=paths,
     ),
     Setting(
         name="middleware",
@@ -459,6 +480,7 @@ _ALL = [
         env="JOBMASTER_REDIS_URL",
         env_fallbacks=("REDIS_URL",),
         cli=("--redis-url",),
+        metavar="URL",
     ),
     Setting(
         name="redis_username",
@@ -536,6 +558,8 @@ _ALL = [
         env="JOBMASTER_PROCESSES",
         cli=("-p", "--processes"),
         default_doc="usable CPUs",
+        metavar="INTEGER|auto",
+        bounds="x>=1",
     ),
     Setting(
         name="concurrency",
@@ -544,6 +568,8 @@ _ALL = [
         parse=integer(1),
         env="JOBMASTER_CONCURRENCY",
         cli=("-t", "--concurrency"),
+        metavar="INTEGER RANGE",
+        bounds="x>=1",
     ),
     Setting(
         name="queues",
@@ -553,6 +579,7 @@ _ALL = [
         env="JOBMASTER_QUEUES",
         cli=("-q", "--queue"),
         multiple=True,
+        metavar="NAME[:WEIGHT]",
     ),
     Setting(
         name="strict",
@@ -567,6 +594,8 @@ _ALL = [
         parse=number(0),
         env="JOBMASTER_SHUTDOWN_TIMEOUT",
         cli=("--shutdown-timeout",),
+        metavar="FLOAT RANGE",
+        bounds="x>=0",
     ),
     Setting(
         name="preload",
@@ -581,6 +610,8 @@ _ALL = [
         parse=max_child_mb,
         env="JOBMASTER_MAX_CHILD_MB",
         cli=("--max-child-mb",),
+        metavar="INTEGER|auto",
+        bounds="x>=0",
     ),
     Setting(
         name="max_jobs_per_child",
@@ -667,6 +698,7 @@ _ALL = [
         help="Log level: debug, info, warning, error or critical.",
         parse=choice(*LOG_LEVELS),
         cli=("--log-level",),
+        metavar="[debug|info|warning|error|critical]",
     ),
     Setting(
         name="log_levels",
@@ -683,6 +715,7 @@ _ALL = [
         parse=choice("text", "json"),
         env="JOBMASTER_LOG_FORMAT",
         cli=("--log-format",),
+        metavar="[text|json]",
     ),
     Setting(
         name="dead_max_jobs",

@@ -111,11 +111,12 @@ def reset_in_child(signals: Iterable[int]) -> None:
 
 
 @contextlib.contextmanager
-def blocked(signals: Iterable[int]) -> Iterator[None]:
+def blocked(signals: Iterable[int]) -> Iterator[set[int | signal.Signals]]:
     """Block signals around fork, so a child never runs the master's handlers
-    in the instant before it installs its own."""
+    in the instant before it installs its own. Yields the mask to restore
+    (a forked child restores it itself, once its own handlers are in)."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(signals))
     try:
-        yield
+        yield previous
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -23,13 +23,12 @@ from jobmaster import payload as wire
 from jobmaster.client import Client, default_client
 from jobmaster.config import Config
 from jobmaster.connection import byte_list
+from jobmaster.identity import Identity
 from jobmaster.job import INLINE
 from jobmaster.worker.context import WorkerContext
-from jobmaster.worker.executor import execute
+from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.outcome import record, run_hook
-from jobmaster.worker.processor import release_until_started
 from jobmaster.worker.wakeup import WorkSignal
 
 WORK_LIMIT = 10_000  # jobs one work() call may run before it calls it a loop
@@ -117,6 +116,7 @@ def work(
         keys=client.keys,
         scripts=client.scripts,
     )
+    executor = Executor.of(ctx)
     ended: Counter[str] = Counter()
     while ended.total() < limit:
         if include_scheduled:
@@ -131,10 +131,10 @@ def work(
         unit = fetcher.fetch()
         if unit is None:
             return ended
-        outcome = execute(unit, None, lambda payload: release_until_started(ctx, payload), ctx)
+        outcome = executor.run(unit)
         if record(ctx, unit.raw, outcome):
             run_hook(outcome)
-        ended[outcome.kind] += 1
+        ended[outcome.kind.value] += 1
     raise RuntimeError(
         f"work(): {limit} jobs run and more keep coming (a job that enqueues itself, "
         f"or one deferred again and again?): {dict(ended)}"

@@ -21,7 +21,6 @@ from pathlib import Path
 import redis
 
 import jobmaster
-from jobmaster.keys import Keys
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "demo.toml"
@@ -36,16 +35,17 @@ def main() -> int:
         sys.path.insert(0, str(HERE))
         import demo_app
 
-        processed = Keys().stat("processed")
-        before = int(client.redis.get(processed) or 0)  # the embedded Redis persists
+        stats = jobmaster.Stats(client)
+        before = stats.processed  # the embedded Redis persists: count from here
         demo_app.greet.enqueue("world")
         demo_app.add.enqueue(2, 3)
         deadline = time.monotonic() + 30
-        while int(client.redis.get(processed) or 0) < before + 2:
+        while stats.processed < before + 2:
             if time.monotonic() > deadline or worker.poll() is not None:
                 print("demo: the jobs were not processed", file=sys.stderr)
                 return 1
             time.sleep(0.05)
+            stats.refresh()
         print("demo: both jobs processed; stopping the worker with SIGTERM")
     finally:
         if worker.poll() is None:

@@ -134,6 +134,13 @@ class JobRecord:
         return int(self._float("retry_count") or 0)
 
     @property
+    def retries(self) -> int:
+        """The retries made: ``retry_count`` counts failures, and the first
+        failure came from the first run, not a retry (a job with ``retry=1``
+        dies after 2 failures, 1 retry)."""
+        return max(0, self.retry_count - 1)
+
+    @property
     def failed_at(self) -> float | None:
         return self._moment("failed_at")
 

@@ -77,6 +77,7 @@ def entry_json(entry: SortedEntry) -> dict[str, Any]:
         "error_class": entry.error_class,
         "error_message": entry.error_message,
         "retry_count": entry.retry_count,
+        "retries": entry.retries,
         "runnable": entry.runnable,
         **entry.as_dict(),
     }
@@ -92,7 +93,7 @@ def entry_row(entry: SortedEntry, now: float) -> tuple[object, ...]:
         entry.queue or "-",
         clip(error_text(entry)),
         relative(entry.at, now),
-        entry.retry_count,
+        entry.retries,
     )
 
 
@@ -330,7 +331,7 @@ def describe(entry: SortedEntry, kind: SetKind) -> str:
         ("queue", entry.queue or "-"),
         (kind.when.lower(), timestamp(entry.at, now)),
         ("enqueued", timestamp(entry.enqueued_at, now)),
-        ("retries", str(entry.retry_count)),
+        ("retries", str(entry.retries)),
         ("error", error_text(entry) or "-"),
     ]
     if entry.dead_reason and entry.dead_reason != entry.error_message:

@@ -24,7 +24,7 @@ class WithoutOverlapping(Middleware):
 
     def lock(self, job: JobContext) -> str:
         name = self.key(job.payload) if callable(self.key) else self.key
-        return f"{job.keys.prefix}overlap:{name}"
+        return job.keys.overlap(name)
 
     def before_process(self, job: JobContext) -> None:
         lock = self.lock(job)

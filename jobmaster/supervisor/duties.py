@@ -64,15 +64,15 @@ import redis
 
 from jobmaster import control
 from jobmaster.config import Config
-from jobmaster.connection import byte_list
+from jobmaster.connection import byte_list, wait_for_redis
 from jobmaster.keys import Keys
+from jobmaster.liveness import beat_interval
 from jobmaster.metrics.queues import QueueWatch
+from jobmaster.outage import OutageLog
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.recovery import Recovery, RecoveryReport, Triage
 from jobmaster.signals import MASTER_SIGNALS, blocked
 from jobmaster.supervisor.history import HistoryRecorder
-from jobmaster.worker.heartbeat import beat_interval
-from jobmaster.worker.loop import OutageLog
 
 log = logging.getLogger("jobmaster.supervisor.duties")
 
@@ -157,6 +157,25 @@ class RedisDuties:
         for fd in self._pipe:
             os.set_blocking(fd, False)
 
+    # -- start-up, before any fork: the only Redis the master's own thread waits on --
+    def wait_for_redis(self) -> None:
+        wait_for_redis(self.redis, self.config.redis_url_masked)
+
+    def recover_left_behind(self) -> None:
+        """At start: requeue the lists of workers gone from this machine.
+
+        A master that was killed (or crashed) in the moment after one of its
+        children died never requeued that child's list; the child's
+        heartbeat still looks alive for up to heartbeat_ttl. Its process is
+        provably gone (liveness.py), so the restarted master requeues the
+        list before it forks, as the dead master would have done. Other
+        hosts' workers are left to their heartbeats.
+        """
+        try:
+            self.recovery.recover_orphans(self.identity)
+        except redis.RedisError as error:  # the children's own scans will do it
+            log.warning("could not look for jobs left by dead workers: %s", error)
+
     # -- the loop's side -------------------------------------------------------
     def start(self) -> None:
         """Start the thread, with the master's signals blocked in it (it inherits the mask)."""
@@ -215,7 +234,16 @@ class RedisDuties:
             self._thread.join(grace)
         else:
             self._finish()  # never started (tests): the same work, in this thread
-        return self.pending()
+        left = self.pending()
+        if left:
+            log.warning(
+                "Redis did not answer within %.0fs: the jobs of %s stay in their "
+                "in-progress lists, recovered as after a crash (the next master's "
+                "start-up scan, or a worker's orphan scan)",
+                grace,
+                ", ".join(dead.name for dead in left),
+            )
+        return left
 
     # -- the thread ----------------------------------------------------------------
     def _run(self) -> None:

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from jobmaster import exitcodes
 from jobmaster.app import AppImportError, load_app
 from jobmaster.config import Config
+from jobmaster.identity import Identity
 from jobmaster.log import handlers_held, set_process_fields
 from jobmaster.proctitle import child_title, set_title
-from jobmaster.signals import CHILD_SIGNALS, MASTER_SIGNALS, SignalQueue, reset_in_child
+from jobmaster.signals import CHILD_SIGNALS, MASTER_SIGNALS, SignalQueue, blocked, reset_in_child
 from jobmaster.slots import StartedSlots
-from jobmaster.worker.identity import Identity
+from jobmaster.supervisor.children import Child
 
 log = logging.getLogger("jobmaster.supervisor.spawn")
 
@@ -44,6 +45,12 @@ class Forked:
     ready_fd: int  # read end: the child writes one byte once it is up (pipes.py)
     requests_fd: int  # write end: the master's requests to the child (pipes.py)
     slots: StartedSlots  # which jobs the child's threads run (slots.py)
+
+    def child(self, index: int, now: float) -> Child:
+        """Its row in the master's table, forked at ``now`` (monotonic)."""
+        return Child(
+            index, self.pid, self.identity, now, self.ready_fd, self.requests_fd, self.slots
+        )
 
 
 def fork_child(
@@ -71,25 +78,23 @@ def fork_child(
     # child for good.
     gc.collect()
     gc.freeze()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, MASTER_SIGNALS)
-    try:
-        # The master's Redis thread logs too: no line half written at fork.
-        with handlers_held():
-            pid = os.fork()
-    except OSError:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        for fd in (read_fd, write_fd, requests_read, requests_write):
-            os.close(fd)
-        slots.close()
-        raise
-    if pid == 0:  # the child: never returns
-        os.close(read_fd)
-        os.close(requests_write)
-        for fd in close_in_child:
-            _close_quietly(fd)
-        pipes = (write_fd, requests_read)
-        _child_main(config, index, nonce, master_pid, pipes, previous, slots, metrics, quiet)
-    signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    with blocked(MASTER_SIGNALS) as previous:
+        try:
+            # The master's Redis thread logs too: no line half written at fork.
+            with handlers_held():
+                pid = os.fork()
+        except OSError:
+            for fd in (read_fd, write_fd, requests_read, requests_write):
+                os.close(fd)
+            slots.close()
+            raise
+        if pid == 0:  # the child: never returns (nor leaves this block)
+            os.close(read_fd)
+            os.close(requests_write)
+            for fd in close_in_child:
+                _close_quietly(fd)
+            pipes = (write_fd, requests_read)
+            _child_main(config, index, nonce, master_pid, pipes, previous, slots, metrics, quiet)
     os.close(write_fd)
     os.close(requests_read)
     os.set_blocking(read_fd, False)

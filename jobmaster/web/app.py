@@ -27,6 +27,7 @@ from jobmaster.web.auth import SESSION_SECONDS, Guard, Sessions, resolve_token
 from jobmaster.web.dashboard import Dashboard
 from jobmaster.web.door import OriginCheck, allowed_hosts
 from jobmaster.web.headers import SecureCookies, SecurityHeaders
+from jobmaster.web.outage import UNREACHABLE, redis_unreachable
 from jobmaster.web.views import batches, jobs, overview, periodic, processes, queues, session, sets
 
 SESSION_COOKIE = "jobmaster_web"
@@ -82,6 +83,10 @@ def create_app(
             same_site="strict",
         ),
     ]
-    app = Starlette(routes=routes, middleware=middleware)
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={error: redis_unreachable for error in UNREACHABLE},
+    )
     app.state.dashboard = board
     return app

@@ -32,6 +32,7 @@ import traceback
 from jobmaster import exitcodes
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
+from jobmaster.identity import Identity
 from jobmaster.metrics.jobs import Reporter
 from jobmaster.pipes import MAX_JOBS, PUSH_BACK, READY, RECYCLE, STUCK, RequestReader
 from jobmaster.poison import crash_triage
@@ -39,7 +40,6 @@ from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import DUMP, MASTER_ONLY, QUIET, RESUME, STOP, STOP_NOW, SignalQueue
 from jobmaster.signals import name as signal_name
 from jobmaster.slots import StartedSlots
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.manager import Blame
 from jobmaster.worker.process import WorkerProcess
 
@@ -73,7 +73,10 @@ def serve(
     master to read if it dies (slots.py). ``requests_fd``: the master's
     requests (pipes.py).
     """
-    worker = WorkerProcess(config, identity, slots)
+    # Only a child can be recycled after N jobs: a lone worker has nobody to
+    # start its replacement.
+    max_jobs = jittered(config.max_jobs_per_child) if ready_fd is not None else 0
+    worker = WorkerProcess(config, identity, slots, max_jobs=max_jobs)
     if quiet:
         worker.manager.quiet()
     worker.start()
@@ -146,10 +149,9 @@ class Steering:
         self.index = worker.ctx.identity.index
         self._last_dump = -DUMP_DEBOUNCE
         self._last_title = ""
-        # Only a child can be recycled after N jobs: a lone worker has nobody
-        # to start its replacement.
-        self.max_jobs = jittered(config.max_jobs_per_child) if pipe_fd is not None else 0
-        worker.manager.max_jobs = self.max_jobs
+        # Its processors stop fetching at max_jobs (manager.py); this thread
+        # asks the master for a replacement then.
+        self.max_jobs = worker.manager.max_jobs
         self.asked_for_replacement = False
         # Set when this child is being recycled: finish running jobs (at most
         # memory_grace), then stop for ``recycle_reason``. ``memory_cause``:

@@ -11,12 +11,12 @@ import redis
 from jobmaster.config import Config
 from jobmaster.connection import connect
 from jobmaster.deadset import DeadSetLimits
+from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.recovery import Recovery
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
 from jobmaster.worker.acks import Acks, Marking
-from jobmaster.worker.identity import Identity
 
 DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for graphs
 

@@ -1,9 +1,14 @@
-"""Running one fetched job: decode, look up, call, decide the outcome.
+"""Running one fetched job: read it once, run it, build its one outcome.
 
-Nothing here writes to Redis; ``record`` (outcome.py) does that afterwards,
+A job's way through here is straight: ``FetchedJob.read`` decodes the entry
+once (fetched.py), ``run`` takes it through its steps in order, and the
+ending it comes to (outcome.py: ran, held back, skipped, refused) is made
+into one ``Outcome`` by ``conclude``, once, with its lock, workflow step and
+hook. Nothing here records it: ``record`` (outcome.py) does that afterwards,
 and the job's "working" mark rides in a later round trip (acks.py).
-The one read is a batch job's ``cancelled`` flag: such a job is skipped.
-Bad input becomes a dead-set outcome instead of an exception, so one
+Redis is touched twice at most: a batch job's ``cancelled`` flag is read
+(such a job is skipped), and an ``until_started`` job's lock is released
+as it starts. Bad input becomes a dead-set outcome instead of an exception, so one
 broken payload never kills a processor thread or holds up the jobs behind it.
 
 Each job logs one ``job.start`` line and one end line named after its
@@ -19,29 +24,33 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
-from jobmaster import crypto, registry
+import redis
+
 from jobmaster import payload as wire
 from jobmaster.errors import JobTimeout
 from jobmaster.job import JobFunction
+from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
 from jobmaster.middleware.base import Defer, JobContext
-from jobmaster.worker import returns
+from jobmaster.scripts import Scripts, Unlock
+from jobmaster.worker.acks import Acks
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Unit
+from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import (
+    Ending,
+    HeldBack,
+    Kind,
     Outcome,
+    Ran,
+    Refused,
+    Skipped,
     bad_payload,
-    decide_failure,
-    deferred,
-    skipped,
-    succeeded,
-    with_hook,
-    with_unique,
+    conclude,
 )
 from jobmaster.worker.watchdog import Watchdog
 from jobmaster.workflows import steps
@@ -50,104 +59,103 @@ from jobmaster.workflows.batch import running_in
 log = logging.getLogger("jobmaster.worker.executor")
 
 
-OnStart = Callable[[dict[str, Any]], None]
+@dataclass(frozen=True)
+class Executor:
+    """Runs fetched jobs in the calling thread; what it needs, and only that.
 
-
-def execute(
-    unit: Unit,
-    watchdog: Watchdog | None = None,
-    on_start: OnStart | None = None,
-    ctx: WorkerContext | None = None,
-) -> Outcome:
-    """Run the job in ``unit`` in this thread and say how it ended (and when).
-
-    ``on_start(payload)`` runs just before the job's code (an ``until_started``
-    unique job's lock is released there).
+    One job's way, in order, each step once: read (fetched.py), skip if its
+    batch was cancelled, bury if it cannot run, middleware before, mark it
+    working, release an ``until_started`` lock, call it under its timeout,
+    build its one outcome (outcome.py), log its end line, middleware after.
     """
-    started = time.time()
-    outcome = _run(unit, watchdog, on_start, ctx)
-    return replace(outcome, started_at=started, ended_at=time.time())
 
+    client: redis.Redis
+    keys: Keys
+    scripts: Scripts
+    worker: str  # this process's identity, for middleware
+    acks: Acks  # where the "working" mark goes
+    watchdog: Watchdog | None = None  # job timeouts; None: no limit enforced
 
-def timeout_of(payload: dict[str, Any], job: JobFunction[..., Any]) -> float | None:
-    """The payload's ``timeout`` (from ``.options()``), else the job's own."""
-    value = payload.get("timeout")
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    return job.job_options.timeout
+    @classmethod
+    def of(cls, ctx: WorkerContext, watchdog: Watchdog | None = None) -> Executor:
+        return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.acks, watchdog)
 
-
-def _run(
-    unit: Unit, watchdog: Watchdog | None, on_start: OnStart | None, ctx: WorkerContext | None
-) -> Outcome:
-    try:
-        payload = wire.decode(unit.raw)
-    except wire.BadPayload as error:
-        return _buried(unit, str(error))
-    context = {"jid": payload["jid"], "job": payload["job"], "queue": unit.queue}
-    if ctx is not None and steps.cancelled(ctx.redis, ctx.keys, steps.step_of(payload)):
-        _event(logging.INFO, "job.skipped", context, "skipped: its batch was cancelled")
-        return skipped(payload)
-    job = registry.lookup(payload["job"])
-    if job is None:
-        return _buried(unit, f"no job registered as {payload['job']!r}")
-    try:  # opened if sealed; refused in clear for an encrypt=True job (a BadPayload)
-        arguments = crypto.arguments(payload, sealed=job.job_options.encrypt)
-    except wire.BadPayload as error:
-        return _buried(unit, str(error))
-    chain = [*hooks.installed(), *job.job_options.middleware]
-    around = None
-    if chain and ctx is not None:
-        around = JobContext(payload, unit.queue, ctx.name, ctx.redis, ctx.keys, ctx.scripts)
+    def run(self, unit: Unit) -> Outcome:
+        """Run the job in ``unit`` and say how it ended (and when)."""
+        started = time.time()
         try:
-            hooks.before_process(chain, around)
-        except Defer as held:
-            _event(
-                logging.INFO, "job.deferred", context, "held back for %.1fs: %s", held.seconds, held
+            job = FetchedJob.read(unit)
+        except wire.BadPayload as error:
+            outcome = bad_payload(unit.raw, str(error), unit.queue, started, time.time())
+            _log_buried(outcome, unit.queue, str(error))
+            return outcome
+        if steps.cancelled(self.client, self.keys, job.step):
+            return self._end(job, Skipped(), started)
+        function = job.function
+        if function is None or job.refused is not None:
+            return self._end(job, Refused(job.refused or "not registered"), started)
+        chain = [*hooks.installed(), *job.options.middleware]
+        around = None
+        if chain:
+            around = JobContext(
+                job.wire, job.queue, self.worker, self.client, self.keys, self.scripts
             )
-            return with_unique(deferred(payload, held.seconds, str(held), time.time()), payload)
-    _event(logging.INFO, "job.start", context, "start")
-    if ctx is not None:  # "working", in a round trip made anyway (acks.py)
-        ctx.acks.mark(ctx.keys.status(str(payload["jid"])), unit.raw)
-    outcome, raised = _call(job, payload, unit, watchdog, on_start, context, arguments)
-    if around is not None:
-        hooks.after_process(chain, around, raised)
-    return outcome
+            try:
+                hooks.before_process(chain, around)
+            except Defer as held:
+                return self._end(job, HeldBack(held.seconds, str(held)), started)
+        _event(logging.INFO, "job.start", job.log_context(), "start")
+        # "working", in a round trip made anyway (acks.py)
+        self.acks.mark(self.keys.status(job.jid), job.raw)
+        ending, took = self._call(job, function)
+        outcome = self._end(job, ending, started, took)
+        if around is not None:
+            hooks.after_process(chain, around, ending.error)
+        return outcome
+
+    def _call(self, job: FetchedJob, function: JobFunction[..., Any]) -> tuple[Ran, float]:
+        """Call the job's function under its timeout: how it ended, and how long
+        it took (seconds)."""
+        started = time.monotonic()
+        self._release_until_started(job)
+        args, kwargs = job.arguments
+        watchdog = self.watchdog
+        try:
+            # running_in: jobmaster.current_batch() for the job's code.
+            with (
+                watchdog.deadline(job, job.timeout) if watchdog else nullcontext(),
+                running_in(job.payload),
+            ):
+                value = function.func(*args, **kwargs)
+        except BaseException as error:  # a job's SystemExit must not end the thread either
+            if isinstance(error, JobTimeout) and not str(error):
+                error = JobTimeout(f"ran past its timeout of {job.timeout:g}s")
+            return Ran(error), time.monotonic() - started
+        return Ran(value=value), time.monotonic() - started
+
+    def _end(
+        self, job: FetchedJob, ending: Ending, started: float, took: float | None = None
+    ) -> Outcome:
+        """The job's one outcome, and its end line."""
+        outcome = conclude(job, ending, started, time.time())
+        _log_end(outcome, ending, job.log_context(), took)
+        return outcome
+
+    def _release_until_started(self, job: FetchedJob) -> None:
+        """An ``until_started`` unique job frees its lock as it starts."""
+        if job.until_started is None:
+            return
+        try:
+            Unlock(lock_key=self.keys.unique(job.until_started), jid=job.jid).run(
+                self.scripts.unlock
+            )
+        except redis.RedisError as error:  # it expires on its own (a bounded TTL)
+            log.warning("could not release the unique lock of jid=%s: %s", job.jid, error)
 
 
-def _call(
-    job: JobFunction[..., Any],
-    payload: dict[str, Any],
-    unit: Unit,
-    watchdog: Watchdog | None,
-    on_start: OnStart | None,
-    context: dict[str, Any],
-    arguments: tuple[list[Any], dict[str, Any]],  # the payload stays sealed
-) -> tuple[Outcome, BaseException | None]:
-    """Call the job's function under its timeout; the outcome and the error, if any."""
-    started = time.monotonic()
-    timeout = timeout_of(payload, job)
-    if on_start is not None:
-        on_start(payload)
-    options = job.job_options
-    try:
-        # running_in: jobmaster.current_batch() for the job's code.
-        with (
-            watchdog.deadline(unit, payload, timeout) if watchdog else nullcontext(),
-            running_in(payload),
-        ):
-            value = job.func(*arguments[0], **arguments[1])
-    except BaseException as error:  # a job's SystemExit must not end the thread either
-        if isinstance(error, JobTimeout) and not str(error):
-            error = JobTimeout(f"ran past its timeout of {timeout:g}s")
-        outcome = decide_failure(payload, error, options.backoff, time.time(), options.retry)
-        _log_failure(outcome, context, time.monotonic() - started)
-        return with_hook(with_unique(outcome, payload), payload, options, error), error
-    took = (time.monotonic() - started) * 1000
-    _event(logging.INFO, "job.done", context, "done in %.1f ms", took, duration_ms=took)
-    result = returns.encode(value, str(payload["jid"]), str(payload["job"]))
-    done = succeeded(payload, result)
-    return with_hook(with_unique(done, payload), payload, options, None), None
+def execute(unit: Unit, ctx: WorkerContext, watchdog: Watchdog | None = None) -> Outcome:
+    """Run one job in this thread (``jobmaster.testing.work``, tests)."""
+    return Executor.of(ctx, watchdog).run(unit)
 
 
 def _event(
@@ -169,18 +177,32 @@ def _event(
     log.handle(log.makeRecord(log.name, level, __file__, 0, message, args, None, "_event", extra))
 
 
-def _buried(unit: Unit, reason: str) -> Outcome:
-    outcome = bad_payload(unit.raw, reason, unit.queue)
-    context = {"jid": outcome.jid, "job": outcome.job, "queue": unit.queue}
+def _log_buried(outcome: Outcome, queue: str, reason: str) -> None:
+    context = {"jid": outcome.jid, "job": outcome.job, "queue": queue}
     _event(logging.ERROR, "job.dead", context, "dead on arrival: %s", reason, error=outcome.error)
-    return outcome
+
+
+def _log_end(outcome: Outcome, ending: Ending, context: dict[str, Any], took: float | None) -> None:
+    """The job's end line, named after its outcome (see the module docstring)."""
+    if isinstance(ending, Refused):
+        _log_buried(outcome, context["queue"], ending.reason)
+    elif isinstance(ending, Skipped):
+        _event(logging.INFO, "job.skipped", context, "skipped: its batch was cancelled")
+    elif isinstance(ending, HeldBack):
+        message = "held back for %.1fs: %s"
+        _event(logging.INFO, "job.deferred", context, message, ending.seconds, ending.reason)
+    elif outcome.kind is Kind.DONE:
+        ms = (took or 0.0) * 1000
+        _event(logging.INFO, "job.done", context, "done in %.1f ms", ms, duration_ms=ms)
+    else:
+        _log_failure(outcome, context, took or 0.0)
 
 
 def _log_failure(outcome: Outcome, context: dict[str, Any], seconds: float) -> None:
     """The failure's end line: ``job.retry``, ``job.dead`` or ``job.failed`` (dropped)."""
     took = seconds * 1000
     fields = {"duration_ms": took, "error": outcome.error}
-    if outcome.kind == "retry":
+    if outcome.kind is Kind.RETRY:
         count = (outcome.stored or {}).get("retry_count")
         _event(
             logging.WARNING,
@@ -193,7 +215,7 @@ def _log_failure(outcome: Outcome, context: dict[str, Any], seconds: float) -> N
             outcome.score - time.time(),
             **fields,
         )
-    elif outcome.kind == "dead":
+    elif outcome.kind is Kind.DEAD:
         message = "failed after %.1f ms, dead: %s"
         _event(logging.ERROR, "job.dead", context, message, took, outcome.reason, **fields)
     else:

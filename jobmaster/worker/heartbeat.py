@@ -45,13 +45,6 @@ from jobmaster.worker.server_watch import ServerWatch
 log = logging.getLogger("jobmaster.worker.heartbeat")
 
 
-def beat_interval(ttl: float) -> float:
-    """Seconds between two heartbeats: three chances to beat within ``ttl``,
-    so one slow round never makes a live process look dead (and its jobs
-    orphans); at most 5 s, so an idle process costs Redis little."""
-    return max(0.5, min(5.0, ttl / 3))
-
-
 class Heartbeat(threading.Thread):
     def __init__(
         self,
@@ -66,7 +59,7 @@ class Heartbeat(threading.Thread):
         self.on_command = on_command
         self.stop_event = stop
         ttl = ctx.config.heartbeat_ttl
-        self.interval = beat_interval(ttl)
+        self.interval = liveness.beat_interval(ttl)
         self.orphan_interval = max(1.0, ttl / 2)
         self.started_at = time.time()
         # Where this process lives, so that another process of this machine can

@@ -1,6 +1,8 @@
 """The processor threads of one process and their lifecycle.
 
-Duties: start ``concurrency`` processors and the wakeup listener; ``quiet``
+Duties: start ``concurrency`` processors and the wakeup listener; give
+them their work through a few verbs (``take`` a claimed job, ``record`` an
+outcome, ``finished``, ``bury``: processor.py); ``quiet``
 (stop fetching, let running jobs finish) and ``resume``; on stop, wait for
 running jobs until the deadline, then push back what is still in our
 in-progress list *before* the process exits: a job pushed back and run again
@@ -20,11 +22,13 @@ import redis
 
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
+from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher, Unit
-from jobmaster.worker.loop import OutageLog
+from jobmaster.worker.outcome import Outcome, record, run_hook
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.running import RunningTable
 from jobmaster.worker.wakeup import WakeupListener, WorkSignal
@@ -38,33 +42,93 @@ Blame = Callable[[Sequence[bytes]], Triage]
 
 PUSH_BACK_ATTEMPTS_FOR = 10.0  # seconds spent retrying the push back while Redis is away
 FETCH_SETTLE = 2.0  # seconds halt waits for fetches in flight to land
+IDLE_WAIT = 60.0  # an idle thread wakes on a notification; this only bounds the wait
+QUIET_WAIT = 0.5  # seconds a quiet thread waits before it looks again
 
 
 class Manager:
-    def __init__(self, ctx: WorkerContext, slots: StartedSlots | None = None) -> None:
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        slots: StartedSlots | None = None,
+        *,
+        watchdog: Watchdog | None = None,
+        max_jobs: int = 0,
+    ) -> None:
+        """``watchdog``: enforces job timeouts (None: none are). ``max_jobs``: stop
+        fetching once this many jobs are done (0: no limit)."""
         self.ctx = ctx
         self.signal = WorkSignal()
         self.fetcher = Fetcher(ctx, self.signal)
         self.fetching = threading.Event()
         self.fetching.set()
         self.fetch_outage = OutageLog("fetch")  # shared by the processor threads
-        self.table = RunningTable(self.fetching, ctx.stopping, slots)
-        # Stop fetching the moment this many jobs are done (0 = no limit):
-        # checked here, as each job ends, so a busy child doesn't overshoot.
-        self.max_jobs = 0
-        self.watchdog: Watchdog | None = None  # set by the process: job timeouts
+        self.table = RunningTable(self.fetching, ctx.stopping, slots, max_jobs)
         self.job_metrics = JobMetrics()  # counts per job, reported to a master serving metrics
         self._fetches = 0  # fetches in flight (a fetched job is not claimed yet)
         self._fetch_lock = threading.Condition()
-        self.processors = [Processor(i, self) for i in range(ctx.config.concurrency)]
+        executor = Executor.of(ctx, watchdog)
+        self.processors = [
+            Processor(i, self, self.table, executor, ctx.stopping)
+            for i in range(ctx.config.concurrency)
+        ]
         self.listener = WakeupListener(ctx, self.signal, self.fetcher.names)
 
-    # -- bookkeeping, called by processors -------------------------------
+    @property
+    def max_jobs(self) -> int:
+        return self.table.max_jobs
+
+    # -- the processors' verbs (processor.Work) ----------------------------
+    def take(self) -> Unit | None:
+        """Fetch a job and claim it for the calling thread; None after waiting
+        (quiet, nothing came, or Redis away: the thread asks again)."""
+        if not self.fetching.is_set():
+            self.fetching.wait(QUIET_WAIT)
+            return None
+        seen = self.signal.generation
+        failed = False
+        with self.fetch_in_flight():
+            try:
+                unit = self.fetcher.fetch()
+                self.fetch_outage.succeeded(time.monotonic())
+            except redis.RedisError as error:
+                # One log line per outage, not one per thread.
+                self.fetch_outage.failed(error, time.monotonic())
+                unit, failed = None, True
+            # Claimed atomically with the quiet/stop state (running.py):
+            # else a stop could look at the table between our check and
+            # our claim, push the job back, and we would run it anyway.
+            if unit is not None and not self.table.claim(unit):
+                self.give_back(unit)  # fetched as quiet or stop began
+                return None
+        if failed:
+            self.ctx.stopping.wait(OUTAGE_BACKOFF)
+        elif unit is None:
+            self.signal.wait(seen, self.fetching, IDLE_WAIT)
+        return unit
+
+    def record(self, unit: Unit, outcome: Outcome) -> None:
+        """Record a job's outcome, only if it is still ours (else it was pushed
+        back, or the watchdog recorded it); count it and run its hook."""
+        if self.table.may_record(unit) and record(self.ctx, unit.raw, outcome):
+            self.job_metrics.observe_outcome(outcome, unit.queue)
+            run_hook(outcome)
+
     def finished(self, unit: Unit) -> None:
-        if not self.table.finished(unit):
-            return
-        if self.max_jobs and self.completed >= self.max_jobs and self.fetching.is_set():
+        if self.table.finished(unit) and self.table.spent and self.fetching.is_set():
             self.quiet()
+
+    def bury(self, unit: Unit, reason: str) -> None:
+        self.ctx.recovery.bury(self.ctx.inprogress_key, unit.raw, reason, unit.queue)
+
+    # -- the watchdog's ------------------------------------------------------
+    def give_up(self, unit: Unit, outcome: Outcome) -> None:
+        """A job stuck past its timeout: no longer its thread's to record (or to
+        wait for at a stop); its outcome is recorded here instead."""
+        self.table.abandon(unit)
+        if record(self.ctx, unit.raw, outcome):
+            self.job_metrics.observe_outcome(outcome, unit.queue)
+            run_hook(outcome)
 
     @property
     def completed(self) -> int:
@@ -82,10 +146,6 @@ class Manager:
             with self._fetch_lock:
                 self._fetches -= 1
                 self._fetch_lock.notify_all()
-
-    def abandon(self, unit: Unit) -> None:
-        """A job stuck past its timeout: no longer ours to wait for or to record."""
-        self.table.abandon(unit)
 
     @property
     def busy(self) -> int:

@@ -1,6 +1,8 @@
 """What happens to a job after it ran: decided here, recorded atomically.
 
-``decide_*`` are pure functions (unit-tested without Redis). ``record``
+``conclude`` makes how a job's run ended (an ``Ending``, from executor.py)
+into its one ``Outcome``; it and ``decide_failure`` are pure functions
+(unit-tested without Redis). ``record``
 stores the outcome and acknowledges the job in one FINISH script, retried
 for a while when Redis is away: until it succeeds the job stays in our
 in-progress list, so a failure here can cause a second run, never a loss.
@@ -13,9 +15,10 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from enum import Enum
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
@@ -25,24 +28,44 @@ from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import Permanent
 from jobmaster.job import JobOptions
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
-from jobmaster.unique import LOCK_TTL, UNTIL_EXECUTED
+from jobmaster.unique import LOCK_TTL
 from jobmaster.worker import returns
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
 from jobmaster.workflows.steps import Step, step_of, workflow_step
 
+if TYPE_CHECKING:
+    from jobmaster.worker.fetched import FetchedJob
+
 log = logging.getLogger("jobmaster.worker.outcome")
 
-Kind = Literal["done", "retry", "dead", "dropped", "deferred", "skipped"]
 MAX_BACKTRACE_LINES = 40
-RECORD_ATTEMPTS_FOR = 30.0
+RECORD_ATTEMPTS_FOR = 30.0  # seconds an outcome keeps being retried (a Redis restart)
+SKIPPED_REASON = "its batch was cancelled"
+
+
+class Kind(str, Enum):
+    """How a job's attempt ended. A ``str``: it crosses into the scripts' arguments,
+    the batch events (workflows/steps.py) and the metrics as its text."""
+
+    DONE = "done"
+    RETRY = "retry"
+    DEAD = "dead"
+    DROPPED = "dropped"  # failed with retry off
+    DEFERRED = "deferred"  # held back by middleware: not an attempt
+    SKIPPED = "skipped"  # its batch was cancelled: not run
+
+    def __str__(self) -> str:  # "done" in log lines, not "Kind.DONE"
+        return self.value
+
+
 STATUS = {
-    "done": "complete",
-    "retry": "retrying",
-    "dead": "dead",
-    "dropped": "failed",
-    "deferred": "scheduled",
-    "skipped": "skipped",  # its batch was cancelled: not run
-}  # seconds an outcome keeps being retried (a Redis restart)
+    Kind.DONE: "complete",
+    Kind.RETRY: "retrying",
+    Kind.DEAD: "dead",
+    Kind.DROPPED: "failed",
+    Kind.DEFERRED: "scheduled",
+    Kind.SKIPPED: "skipped",
+}
 
 
 @dataclass(frozen=True)
@@ -70,38 +93,141 @@ class Outcome:
         return STATUS[self.kind]
 
 
-def succeeded(payload: dict[str, Any], result: bytes | None = None) -> Outcome:
-    return Outcome(
-        "done",
-        str(payload["jid"]),
-        str(payload["job"]),
-        workflow=step_of(payload),
-        result=result,
-        result_ttl=returns.result_ttl(payload),
-    )
+# -- how a read job's run ended (executor.py), made into its one outcome ------
 
 
-def skipped(payload: dict[str, Any]) -> Outcome:
+@dataclass(frozen=True)
+class Ran:
+    """Its code ran: it returned ``value`` (``error`` None) or raised ``error``."""
+
+    error: BaseException | None = None
+    value: Any = None  # its return value, kept as its result (returns.py)
+
+
+@dataclass(frozen=True)
+class HeldBack:
+    """Middleware deferred it (``Defer``): back to the scheduled set, not an attempt."""
+
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Skipped:
     """Its batch was cancelled: acknowledged and counted by the batch, never run."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """It cannot run (not registered here, arguments refused): buried as it is."""
+
+    reason: str
+
+
+Ending = Ran | HeldBack | Skipped | Refused
+
+
+def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float) -> Outcome:
+    """The outcome of ``job``, built once, with everything FINISH and the hook need:
+    its workflow step and unique lock as read (fetched.py), its hook bound.
+
+    ``ended_at`` is also the decision's "now" (a retry's due time counts from it).
+    What each ending carries is as it always was: a deferred job keeps its lock
+    and moves no workflow; a skipped one moves its batch and names no lock.
+    """
+    if isinstance(ending, Refused):
+        return bad_payload(job.raw, ending.reason, job.queue, started_at, ended_at)
+    if isinstance(ending, Skipped):
+        return Outcome(
+            Kind.SKIPPED,
+            job.jid,
+            job.name,
+            reason=SKIPPED_REASON,
+            started_at=started_at,
+            ended_at=ended_at,
+            workflow=job.step,
+        )
+    if isinstance(ending, HeldBack):
+        return Outcome(
+            Kind.DEFERRED,
+            job.jid,
+            job.name,
+            stored=dict(job.payload),
+            score=ended_at + ending.seconds,
+            reason=ending.reason,
+            unique_digest=job.until_executed,
+            started_at=started_at,
+            ended_at=ended_at,
+        )
+    error, options = ending.error, job.options
+    hook = _hook(job.wire, options, error)
+    if error is None:
+        return Outcome(
+            Kind.DONE,
+            job.jid,
+            job.name,
+            hook=hook,
+            unique_digest=job.until_executed,
+            workflow=job.step,
+            started_at=started_at,
+            ended_at=ended_at,
+            result=returns.encode(ending.value, job.jid, job.name),
+            result_ttl=returns.result_ttl(job.payload),
+        )
+    verdict = _failure(job.payload, error, options.backoff, ended_at, options.retry)
     return Outcome(
-        "skipped",
-        str(payload["jid"]),
-        str(payload["job"]),
-        reason="its batch was cancelled",
-        workflow=step_of(payload),
+        verdict.kind,
+        job.jid,
+        job.name,
+        failed=True,
+        stored=verdict.stored,
+        score=verdict.score,
+        reason=verdict.reason,
+        error=verdict.error,
+        hook=hook if verdict.kind in (Kind.DEAD, Kind.DROPPED) else None,
+        unique_digest=job.until_executed,
+        workflow=job.step,
+        started_at=started_at,
+        ended_at=ended_at,
+        result_ttl=returns.result_ttl(job.payload),
     )
 
 
-def bad_payload(raw: bytes, reason: str, queue: str) -> Outcome:
+def _hook(
+    payload: dict[str, Any], options: JobOptions, error: BaseException | None
+) -> Callable[[], Any] | None:
+    """The job's hook an ending calls for: on_success after a success, on_failure
+    after a failure (bound only if it fails for good: dead or dropped)."""
+    if error is None and options.on_success is not None:
+        success = options.on_success
+        return lambda: success(payload)
+    if error is not None and options.on_failure is not None:
+        failure = options.on_failure
+        return lambda: failure(payload, error)
+    return None
+
+
+# -- the decisions, pure ---------------------------------------------------------
+
+
+def succeeded(payload: Mapping[str, Any]) -> Outcome:
+    return Outcome(Kind.DONE, str(payload["jid"]), str(payload["job"]), workflow=step_of(payload))
+
+
+def bad_payload(
+    raw: bytes, reason: str, queue: str, started_at: float = 0.0, ended_at: float = 0.0
+) -> Outcome:
     entry = wire.buried(raw, reason, queue)
     return Outcome(
-        "dead",
+        Kind.DEAD,
         str(entry["jid"]),
         str(entry.get("job")),
         failed=True,
         stored=entry,
         score=float(entry["died_at"]),
         reason=reason,
+        started_at=started_at,
+        ended_at=ended_at,
         error=f"BadPayload: {reason}",
     )
 
@@ -117,13 +243,45 @@ def error_fields(error: BaseException) -> dict[str, Any]:
     }
 
 
+class Verdict(NamedTuple):
+    """What a failure comes to (``_failure``)."""
+
+    kind: Kind
+    stored: dict[str, Any] | None
+    score: float
+    reason: str
+    error: str  # "ErrorClass: message"
+
+
 def decide_failure(
-    payload: dict[str, Any],
+    payload: Mapping[str, Any],
     error: BaseException,
     backoff: Backoff | None,
     now: float,
     default_retry: int | bool = DEFAULT_RETRY,
 ) -> Outcome:
+    """The outcome of a failed attempt of ``payload`` (see ``_failure``)."""
+    verdict = _failure(payload, error, backoff, now, default_retry)
+    return Outcome(
+        verdict.kind,
+        str(payload["jid"]),
+        str(payload["job"]),
+        failed=True,
+        stored=verdict.stored,
+        score=verdict.score,
+        reason=verdict.reason,
+        error=verdict.error,
+        workflow=step_of(payload),
+    )
+
+
+def _failure(
+    payload: Mapping[str, Any],
+    error: BaseException,
+    backoff: Backoff | None,
+    now: float,
+    default_retry: int | bool,
+) -> Verdict:
     """Retry after a backoff, bury in the dead set, or drop, by the job's ``retry``.
 
     ``retry_count`` counts failures so far; ``retry = N`` allows N retries
@@ -131,23 +289,12 @@ def decide_failure(
     without ``retry`` (pushed by a producer that doesn't know the job) gets
     the registered job's option, ``default_retry``.
     """
-    jid, name = str(payload["jid"]), str(payload["job"])
     described = f"{type(error).__name__}: {error}"
     retry = payload.get("retry", default_retry)
     count = int(payload.get("retry_count", 0) or 0) + 1
     stored = {**payload, **error_fields(error), "retry_count": count, "failed_at": now}
-    workflow = step_of(payload)
     if retry is False:
-        return Outcome(
-            "dropped",
-            jid,
-            name,
-            failed=True,
-            reason="retry is off",
-            error=described,
-            workflow=workflow,
-            result_ttl=returns.result_ttl(payload),
-        )
+        return Verdict(Kind.DROPPED, None, 0.0, "retry is off", described)
     limit = DEFAULT_RETRY if retry is True or not isinstance(retry, int) else retry
     if isinstance(error, Permanent):
         reason = f"{type(error).__name__}: {error} (permanent, not retried)"
@@ -159,66 +306,9 @@ def decide_failure(
         if isinstance(payload.get("backoff"), int | float):
             backoff = float(payload["backoff"])
         due = now + retry_delay(count, backoff)
-        return Outcome(
-            "retry",
-            jid,
-            name,
-            failed=True,
-            stored=stored,
-            score=due,
-            reason=described,
-            error=described,
-            workflow=workflow,
-        )
+        return Verdict(Kind.RETRY, stored, due, described, described)
     stored.update(dead_reason=reason, died_at=now)
-    return Outcome(
-        "dead",
-        jid,
-        name,
-        failed=True,
-        stored=stored,
-        score=now,
-        reason=reason,
-        error=described,
-        workflow=workflow,
-        result_ttl=returns.result_ttl(payload),
-    )
-
-
-def deferred(payload: dict[str, Any], seconds: float, reason: str, now: float) -> Outcome:
-    """Held back by middleware: back to the scheduled set, not an attempt."""
-    return Outcome(
-        "deferred",
-        str(payload["jid"]),
-        str(payload["job"]),
-        stored=dict(payload),
-        score=now + seconds,
-        reason=reason,
-    )
-
-
-def with_unique(outcome: Outcome, payload: dict[str, Any]) -> Outcome:
-    """Name the lock an ``until_executed`` job holds, for FINISH to release or extend."""
-    lock = payload.get("unique_digest")
-    if payload.get("unique") == UNTIL_EXECUTED and isinstance(lock, str):
-        return replace(outcome, unique_digest=lock)
-    return outcome
-
-
-def with_hook(
-    outcome: Outcome,
-    payload: dict[str, Any],
-    options: JobOptions,
-    error: BaseException | None,
-) -> Outcome:
-    """Bind the job's hook that this outcome calls for (if any)."""
-    if outcome.kind == "done" and options.on_success is not None:
-        hook = options.on_success
-        return replace(outcome, hook=lambda: hook(payload))
-    if outcome.kind in ("dead", "dropped") and options.on_failure is not None and error:
-        failure = options.on_failure
-        return replace(outcome, hook=lambda: failure(payload, error))
-    return outcome
+    return Verdict(Kind.DEAD, stored, now, reason, described)
 
 
 def run_hook(outcome: Outcome) -> None:

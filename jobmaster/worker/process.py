@@ -17,19 +17,18 @@ from collections.abc import Callable
 
 import redis
 
-from jobmaster import crypto, registry
+from jobmaster import crypto
 from jobmaster.config import Config
 from jobmaster.connection import wait_for_redis, when_reachable
 from jobmaster.errors import JobTimeout
-from jobmaster.job import JobOptions
+from jobmaster.identity import Identity
 from jobmaster.procmem import measure_mb
 from jobmaster.recovery import RecoveryReport
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.manager import Blame, Manager
-from jobmaster.worker.outcome import decide_failure, record, run_hook, with_hook
+from jobmaster.worker.outcome import Ran, conclude
 from jobmaster.worker.poller import ScheduledPoller
 from jobmaster.worker.selfcheck import SelfCheck
 from jobmaster.worker.watchdog import Armed, Watchdog
@@ -39,19 +38,24 @@ log = logging.getLogger("jobmaster.worker.process")
 
 class WorkerProcess:
     def __init__(
-        self, config: Config, identity: Identity | None = None, slots: StartedSlots | None = None
+        self,
+        config: Config,
+        identity: Identity | None = None,
+        slots: StartedSlots | None = None,
+        *,
+        max_jobs: int = 0,
     ) -> None:
+        """``max_jobs``: stop fetching once this many jobs are done (0: no limit)."""
         crypto.set_keys(config.secret_key)  # opens encrypt=True jobs' arguments
         self.ctx = WorkerContext.create(config, identity)
-        self.manager = Manager(self.ctx, slots)
-        self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.background_stop = threading.Event()
+        self.stuck: queue.SimpleQueue[str] = queue.SimpleQueue()  # jids, for the main thread
+        self.watchdog = Watchdog(config.timeout_grace, self.give_up_on, self.background_stop)
+        self.manager = Manager(self.ctx, slots, watchdog=self.watchdog, max_jobs=max_jobs)
+        self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.heartbeat = Heartbeat(self.ctx, self.info, self.commands.put, self.background_stop)
         self.poller = ScheduledPoller(self.ctx, self.background_stop)
         self.selfcheck = SelfCheck(self.ctx, self.manager, self.background_stop)
-        self.stuck: queue.SimpleQueue[str] = queue.SimpleQueue()  # jids, for the main thread
-        self.watchdog = Watchdog(config.timeout_grace, self.give_up_on, self.background_stop)
-        self.manager.watchdog = self.watchdog
 
     def info(self) -> dict[str, str | int | float]:
         """Heartbeat fields: what ``jobmaster ps`` shows of this process."""
@@ -84,21 +88,16 @@ class WorkerProcess:
     def give_up_on(self, armed: Armed) -> None:
         """A job still running ``timeout_grace`` after its timeout (stuck in C code):
         record the attempt as failed (not a crash) and stop waiting for it."""
-        payload, grace = armed.payload, self.ctx.config.timeout_grace
+        job, grace = armed.job, self.ctx.config.timeout_grace
         error = JobTimeout(
             f"still running {grace:g}s after its timeout of {armed.timeout:g}s "
             "(stuck outside Python?): its worker process is recycled"
         )
-        job = registry.lookup(payload["job"])
-        options = job.job_options if job is not None else JobOptions()
-        outcome = decide_failure(payload, error, options.backoff, time.time(), options.retry)
-        outcome = with_hook(outcome, payload, options, error)
-        context = {"jid": outcome.jid, "job": outcome.job, "queue": armed.unit.queue}
-        log.error("stuck past its timeout: %s", error, extra=context)
-        self.manager.abandon(armed.unit)
-        if record(self.ctx, armed.unit.raw, outcome):
-            self.manager.job_metrics.observe_outcome(outcome, armed.unit.queue)
-            run_hook(outcome)
+        # The attempt began at its deadline less its timeout (wall clock).
+        started = time.time() - (time.monotonic() - (armed.deadline - armed.timeout))
+        outcome = conclude(job, Ran(error), started, time.time())
+        log.error("stuck past its timeout: %s", error, extra=job.log_context())
+        self.manager.give_up(job.unit, outcome)
         self.stuck.put(outcome.jid)
 
     def stop(

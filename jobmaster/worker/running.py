@@ -21,7 +21,8 @@ act:
   take jobs away from their threads; such a thread finishes its call and
   records nothing. FINISH checks the in-progress list too, so a push back
   racing a record leaves the job in one place whichever lands first.
-- finished: the thread is done with the job (counted for max_jobs_per_child).
+- finished: the thread is done with the job, counted for max_jobs_per_child
+  (``spent`` once this process has done its ``max_jobs``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class RunningTable:
         fetching: threading.Event,
         stopping: threading.Event,
         slots: StartedSlots | None = None,
+        max_jobs: int = 0,
     ) -> None:
         self.fetching = fetching
         self.stopping = stopping
@@ -64,6 +66,9 @@ class RunningTable:
         self._alone_waiting = 0
         self._alone_running = False
         self.completed = 0  # jobs finished (any outcome), for max_jobs_per_child
+        # Stop fetching the moment this many jobs are done (0 = no limit):
+        # checked as each job ends, so a busy child doesn't overshoot.
+        self.max_jobs = max_jobs
 
     # -- fetching state ------------------------------------------------------
     def quiet(self) -> bool:
@@ -154,6 +159,11 @@ class RunningTable:
             return True
 
     # -- what others read ----------------------------------------------------
+    @property
+    def spent(self) -> bool:
+        """This process has done its ``max_jobs``: time to stop fetching."""
+        return bool(self.max_jobs) and self.completed >= self.max_jobs
+
     @property
     def busy(self) -> int:
         return len(self._claimed)

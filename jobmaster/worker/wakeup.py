@@ -15,8 +15,8 @@ import time
 
 import redis
 
+from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.worker.context import WorkerContext
-from jobmaster.worker.loop import OUTAGE_BACKOFF, OutageLog
 
 log = logging.getLogger("jobmaster.worker.wakeup")
 

@@ -19,10 +19,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from jobmaster.errors import JobTimeout
-from jobmaster.worker.fetch import Unit
+from jobmaster.worker.fetched import FetchedJob
 
 log = logging.getLogger("jobmaster.worker.watchdog")
 
@@ -31,8 +30,7 @@ TICK = 0.1  # seconds between looks: a timeout fires at most this late
 
 @dataclass
 class Armed:
-    unit: Unit
-    payload: dict[str, Any]
+    job: FetchedJob
     thread_id: int
     timeout: float
     deadline: float  # monotonic: raise JobTimeout
@@ -59,16 +57,14 @@ class Watchdog(threading.Thread):
         self._lock = threading.Lock()
 
     @contextmanager
-    def deadline(
-        self, unit: Unit, payload: dict[str, Any], timeout: float | None
-    ) -> Iterator[None]:
+    def deadline(self, job: FetchedJob, timeout: float | None) -> Iterator[None]:
         """Run the block under ``timeout`` seconds (None: no limit)."""
         if not timeout:
             yield
             return
         thread_id = threading.get_ident()
         now = time.monotonic()
-        armed = Armed(unit, payload, thread_id, timeout, now + timeout, now + timeout + self.grace)
+        armed = Armed(job, thread_id, timeout, now + timeout, now + timeout + self.grace)
         with self._lock:
             self._armed[thread_id] = armed
         try:

@@ -159,7 +159,7 @@ def test_dead_list_shows_every_entry_garbage_included_and_filters(
     first = rows[0]  # earliest death first
     assert first.startswith(dead["value1"]["jid"]) and "tests.fails" in first
     assert "ValueError: failing on purpose: 1" in first and "10m0" in first
-    assert first.endswith("2")  # the retry count
+    assert first.endswith("1")  # the retries made: retry_count 2 is two failures, one retry
     assert "BadPayload: payload is not JSON" in rows[3]
     assert rows[4].startswith("-") and "not a payload: {half a payload" in rows[4]
 
@@ -172,6 +172,7 @@ def test_dead_list_shows_every_entry_garbage_included_and_filters(
         "error_class": None,
         "error_message": None,
         "retry_count": 0,
+        "retries": 0,
         "runnable": False,
         "raw": "{half a payload",
     }

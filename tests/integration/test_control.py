@@ -20,6 +20,7 @@ import redis
 from jobmaster import control
 from jobmaster.config import Config
 from jobmaster.deadset import DeadSetLimits
+from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.recovery import Recovery
@@ -28,7 +29,6 @@ from jobmaster.supervisor.duties import MasterState, RedisDuties
 from jobmaster.supervisor.history import HistoryRecorder
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
-from jobmaster.worker.identity import Identity
 
 pytestmark = pytest.mark.timeout(60)
 K = Keys()

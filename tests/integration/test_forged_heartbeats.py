@@ -10,9 +10,9 @@ import redis
 from jobmaster import liveness
 from jobmaster.client import Client
 from jobmaster.config import Config
+from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.worker.context import WorkerContext
-from jobmaster.worker.identity import Identity
 
 K = Keys()
 

@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from jobmaster import payload as wire
 from jobmaster.config import Config, PeriodicEntry
 from jobmaster.deadset import DeadSetLimits
+from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.metrics.queues import QueueWatch
 from jobmaster.periodic import PeriodicTicker
@@ -50,7 +51,6 @@ from jobmaster.supervisor.duties import DeadChild, MasterState, RedisDuties
 from jobmaster.supervisor.history import HistoryRecorder
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.poller import ScheduledPoller
 from tests import jobs  # noqa: F401 - registers tests.record
 

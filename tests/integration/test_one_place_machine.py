@@ -83,6 +83,7 @@ from jobmaster.client import Client
 from jobmaster.config import load_config
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import Permanent
+from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery
@@ -92,7 +93,6 @@ from jobmaster.worker import poller
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.heartbeat import Heartbeat
-from jobmaster.worker.identity import Identity
 from jobmaster.worker.outcome import Outcome, decide_failure, record, succeeded
 from jobmaster.worker.wakeup import WorkSignal
 

@@ -16,11 +16,11 @@ import redis
 
 from jobmaster.client import Client
 from jobmaster.config import Config
+from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.recovery import Recovery, RecoveryReport
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
-from jobmaster.worker.identity import Identity
 from tests.helpers import wait_until
 
 K = Keys()

@@ -38,7 +38,6 @@ from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import execute
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.outcome import record
-from jobmaster.worker.processor import release_until_started
 from jobmaster.worker.wakeup import WorkSignal
 from tests import jobs
 from tests.helpers import wait_until
@@ -159,7 +158,7 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
     jobmaster.chain(jobs.step.s("a"), jobs.step.s("b"), on_failure=jobs.callback.s("chain"))
     fetcher = Fetcher(ctx, WorkSignal())
     while (unit := fetcher.fetch()) is not None:  # FETCH
-        outcome = execute(unit, None, lambda p: release_until_started(ctx, p), ctx)
+        outcome = execute(unit, ctx)  # UNLOCK of an until_started job, as it starts
         record(ctx, unit.raw, outcome)  # FINISH, FINISH_STEP; MARK rides with them
     assert store.lrange("test:callbacks", 0, -1) == [f"death:{b.bid}".encode()]
     b.cancel()  # BATCH_CANCEL

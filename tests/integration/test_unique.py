@@ -110,3 +110,31 @@ def test_100_concurrent_enqueues_from_4_processes_make_one_job_that_runs_once(
     while time.monotonic() < deadline:  # nothing else arrives: it ran once
         assert int(store.hget("test:runs", "contended") or 0) == 1
         time.sleep(0.05)
+
+
+def test_a_job_given_up_past_its_timeout_keeps_its_lock_through_its_retry(
+    make_config: Callable[..., Config], store: redis.Redis
+) -> None:
+    """The watchdog records a job stuck in C code itself (process.give_up_on).
+    It built that outcome apart from the processor's, without the job's lock:
+    an until_executed lock was neither extended through the retry's wait
+    (a duplicate could be enqueued once it expired) nor released, and the
+    attempt's history said it started and ended in 1970."""
+    from jobmaster.unique import LOCK_TTL
+    from jobmaster.worker.fetched import FetchedJob
+    from jobmaster.worker.watchdog import Armed
+
+    jid = jobs.unique_exec.enqueue("stuck")
+    assert jid is not None
+    [lock] = store.keys(K.unique("*"))
+    assert 0 < store.ttl(lock) <= LOCK_TTL
+    worker = WorkerProcess(make_config(concurrency=1))  # never started: we drive it
+    [unit] = worker.manager.fetcher.fetch_many(1)
+    assert worker.manager.table.claim(unit)
+    now = time.monotonic()
+    worker.give_up_on(Armed(FetchedJob.read(unit), 0, 1.0, now - 2.0, now))
+    assert store.zcard(K.retry) == 1 and store.llen(worker.ctx.inprogress_key) == 0
+    assert store.ttl(lock) > LOCK_TTL, "the lock was not kept through the retry's wait"
+    [attempt] = store.lrange(K.attempts(jid), 0, -1)
+    assert jobmaster.payload.strict_loads(attempt)["started_at"] > time.time() - 60
+    assert worker.manager.busy == 0

@@ -21,7 +21,8 @@ import redis
 
 from jobmaster.client import Client
 from jobmaster.embedded import RedisServerProcess
-from jobmaster.supervisor.master import DUTIES_GRACE, STOP_MARGIN
+from jobmaster.supervisor.master import DUTIES_GRACE
+from jobmaster.supervisor.stopping import STOP_MARGIN
 from tests.helpers import wait_until
 from tests.process.conftest import JobmasterProcess
 from tests.process.test_master import child_processes, inprogress_owner, title, working_children

@@ -11,13 +11,14 @@ from jobmaster.supervisor.children import (
     STARTING,
     STOPPING,
     Child,
+    ChildState,
     ChildTable,
 )
 
 ALL_STATES = (STARTING, RUNNING, QUIET, STOPPING, RETIRING)
 
 
-def child(index: int, state: str = STARTING, ready_fd: int | None = None) -> Child:
+def child(index: int, state: ChildState = STARTING, ready_fd: int | None = None) -> Child:
     return Child(
         index=index,
         pid=1000 + index,
@@ -124,3 +125,39 @@ def test_by_ready_fd() -> None:
 @pytest.mark.parametrize("state", ALL_STATES)
 def test_expected_exit_only_for_stopping(state: str) -> None:
     assert child(1, state).expected_exit is (state == STOPPING)
+
+
+def test_a_child_changes_state_only_through_its_named_transitions() -> None:
+    one = child(1)
+    assert one.ready(5.0, quiet=False)
+    assert (one.state, one.ready_at) == (RUNNING, 5.0)
+    assert not one.ready(6.0, quiet=True)  # a second ready byte changes nothing
+    assert (one.state, one.ready_at) == (RUNNING, 5.0)
+    one.set_quiet(True)
+    assert one.state == QUIET
+    one.retire("replaced (HUP)", restart="hup")
+    assert (one.state, one.stop_reason, one.restart_reason) == (RETIRING, "replaced (HUP)", "hup")
+    one.set_quiet(False)  # a retiring child is not resumed into serving
+    assert one.state == RETIRING and not one.serving
+    one.stop("pool shrunk (TTOU)", deadline=20.0)
+    assert one.state == STOPPING and one.expected_exit and one.stop_deadline == 20.0
+    one.hurry(10.0)
+    one.hurry(15.0)  # brought forward, never back
+    assert one.stop_deadline == 10.0
+
+
+def test_a_child_that_starts_while_the_pool_is_quiet_is_quiet() -> None:
+    one = child(1)
+    assert one.ready(1.0, quiet=True)
+    assert one.state == QUIET and one.serving
+
+
+def test_states_are_labelled_by_their_value() -> None:
+    """The metrics label each state by its string (jobmaster_children{state=...})."""
+    assert [str(state) for state in ChildState] == [
+        "starting",
+        "running",
+        "quiet",
+        "stopping",
+        "retiring",
+    ]

@@ -395,6 +395,29 @@ def test_data_dir_is_relative_to_the_config_file(in_tmp: Path) -> None:
     assert config.source == str(in_tmp / "etc" / "jobmaster.toml")
 
 
+def test_pythonpath_is_relative_to_the_config_file(in_tmp: Path) -> None:
+    (in_tmp / "etc").mkdir()
+    write(in_tmp / "etc", 'pythonpath = ["src", "../lib", "/opt/app"]\n')
+    (in_tmp / "elsewhere").mkdir()
+    os.chdir(in_tmp / "elsewhere")
+    config = load_config("../etc/jobmaster.toml", env={})
+    assert config.pythonpath == [str(in_tmp / "etc" / "src"), str(in_tmp / "lib"), "/opt/app"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('pythonpath = "src"', "'pythonpath' must be a list of paths such as [\"src\"], got 'src'"),
+        ("pythonpath = [1]", "'pythonpath' must be a list of paths such as [\"src\"], got [1]"),
+        ('pythonpath = ["a\\u0000b"]', "'pythonpath' must be a path without NUL characters"),
+    ],
+)
+def test_pythonpath_of_the_wrong_type_names_the_key_and_the_file(
+    in_tmp: Path, text: str, message: str
+) -> None:
+    assert error(text + "\n", in_tmp).startswith(f"jobmaster.toml: {message}")
+
+
 def test_default_data_dir_is_beside_the_config_file(in_tmp: Path) -> None:
     (in_tmp / "etc").mkdir()
     write(in_tmp / "etc", "")

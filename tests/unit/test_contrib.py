@@ -8,6 +8,7 @@ loader refuses.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -57,6 +58,25 @@ def test_the_example_config_mentions_every_setting() -> None:
         name for name in SETTINGS if not re.search(rf"^((# )?{name} =|\[{name}\])", text, re.M)
     ]
     assert not missing, f"contrib/examples/jobmaster.toml does not mention {missing}"
+
+
+def test_the_demo_uses_only_the_public_api() -> None:
+    """The demo is what users copy: it reads ``jobmaster.Stats()``, not key names
+    from ``jobmaster.keys`` (internal, free to change)."""
+    tree = ast.parse((CONTRIB / "examples" / "demo.py").read_text())
+    internal = [
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jobmaster.")
+    ]
+    internal += [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.startswith("jobmaster.")
+    ]
+    assert not internal, f"contrib/examples/demo.py imports internal modules: {internal}"
 
 
 # --- contrib/Procfile ---------------------------------------------------------------

@@ -20,7 +20,7 @@ class SlowFetch:
         self.release = threading.Event()
         self.made = 0
 
-    def __call__(self, keys: list[str], args: list[Any]) -> list[object]:
+    def __call__(self, keys: list[str], args: list[Any], client: Any = None) -> list[object]:
         count = int(args[0])  # ARGV[1]: the most jobs to take
         self.counts.append(count)
         if len(self.counts) == 1:

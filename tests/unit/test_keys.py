@@ -39,6 +39,7 @@ def all_keys(keys: Keys) -> list[str]:
         "cid": "00112233445566778899aabb",
         "sid": "a-dashboard-session-id",
         "minute": 29_412_345,
+        "window": 29_412,
     }
     names: list[str] = []
     for attribute, member in inspect.getmembers(Keys):

@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,12 +23,19 @@ import redis
 from jobmaster import exitcodes
 from jobmaster.cgroups import MemoryCgroup
 from jobmaster.config import Config
+from jobmaster.identity import Identity
+from jobmaster.keys import Keys
+from jobmaster.metrics.hub import MetricsHub
+from jobmaster.periodic import PeriodicTicker
 from jobmaster.pipes import RequestReader
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import RecoveryReport, Triage
+from jobmaster.signals import MASTER_SIGNALS, SignalQueue
 from jobmaster.slots import StartedSlots
 from jobmaster.supervisor import master as master_module
+from jobmaster.supervisor import memory_policy
 from jobmaster.supervisor.backoff import FIRST_DELAY
+from jobmaster.supervisor.build import build_master
 from jobmaster.supervisor.children import (
     QUIET,
     RETIRING,
@@ -36,10 +43,15 @@ from jobmaster.supervisor.children import (
     STARTING,
     STOPPING,
     Child,
+    ChildTable,
 )
-from jobmaster.supervisor.duties import DeadChild
-from jobmaster.supervisor.master import STOP_MARGIN, Master
+from jobmaster.supervisor.duties import DeadChild, RedisDuties
+from jobmaster.supervisor.history import HistoryRecorder
+from jobmaster.supervisor.master import Master
+from jobmaster.supervisor.memory import MemoryWatch
+from jobmaster.supervisor.memory_policy import MemoryPolicy
 from jobmaster.supervisor.spawn import Forked
+from jobmaster.supervisor.stopping import STOP_MARGIN, Stopper
 
 # Above Linux's largest pid_max (2**22): were a call to leak past the fakes,
 # it would reach no process at all.
@@ -129,18 +141,32 @@ class FakeNotifier:
 
 
 class Harness:
-    """A Master with every seam replaced, and what it did recorded."""
+    """A Master built from fakes through its constructor, and what it did recorded.
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
+    ``limit_mb``, ``container_mb`` and ``cgroup``: the memory policy's limits
+    (none by default: the machine's own cgroup would make the container's
+    usage real; the memory tests give sizes, and the master sums them).
+    ``metrics_port``: with a metrics hub, as ``build_master`` makes one.
+    """
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        processes: int,
+        *,
+        limit_mb: float = 0.0,
+        container_mb: float | None = None,
+        cgroup: MemoryCgroup | None = None,
+        metrics_port: int = 0,
+    ) -> None:
         config = Config()
         config.redis_url = NOBODY_LISTENS
         config.processes = processes
         config.shutdown_timeout = 10.0
         config.max_crashes = 3
         config.crash_queue = ""
-        # No memory cgroup: the machine's own would make the container's usage
-        # real; the memory tests give sizes, and the master sums them.
-        config.cgroup_root = "/nonexistent/cgroup"
+        config.metrics_port = metrics_port
+        config.cgroup_root = "/nonexistent/cgroup"  # build_master's: never the machine's own
         self.forks: list[tuple[int, list[int]]] = []  # (index, fds closed in the child)
         self.forked_quiet: list[bool] = []  # told at fork that the pool is quiet
         self.kills: list[tuple[int, int]] = []
@@ -150,17 +176,42 @@ class Harness:
         self.slots: dict[int, StartedSlots] = {}  # pid -> its started slots
         self._next_pid = FIRST_FAKE_PID
         monkeypatch.setattr(master_module, "fork_child", self.fork_child)
-        monkeypatch.setattr("jobmaster.supervisor.master.os.kill", self.kill)
+        monkeypatch.setattr("jobmaster.supervisor.stopping.os.kill", self.kill)
         monkeypatch.setattr("jobmaster.supervisor.master.os.killpg", self.killpg)
-        self.master = Master(config)
         self.recovery = FakeRecovery()
         self.redis = FakeRedis()
         self.notifier = FakeNotifier()
-        self.master.recovery = self.recovery  # type: ignore[assignment]
-        self.master.redis = self.redis  # type: ignore[assignment]
-        self.master.duties.recovery = self.recovery  # type: ignore[assignment]
-        self.master.duties.redis = self.redis  # type: ignore[assignment]
-        self.master.notifier = self.notifier  # type: ignore[assignment]
+        self.keys = Keys(config.namespace)
+        nobody = redis.Redis.from_url(NOBODY_LISTENS)  # periodic jobs, history: never run here
+        children = ChildTable(wanted=processes)
+        stopper = Stopper(config, children)
+        watch = MemoryWatch(limit_mb, container_mb, config.memory_check_interval)
+        metrics = None
+        if metrics_port:
+            metrics = MetricsHub(config, children, lambda: children.wanted, nobody)
+        identity = str(Identity())
+        duties = RedisDuties(
+            config=config,
+            client=self.redis,  # type: ignore[arg-type]
+            keys=self.keys,
+            identity=identity,
+            recovery=self.recovery,  # type: ignore[arg-type]
+            ticker=PeriodicTicker(nobody, self.keys, ()),
+            history=HistoryRecorder(nobody, self.keys),
+            queue_watch=metrics.queue_watch if metrics is not None else None,
+            max_child_mb=limit_mb,
+        )
+        self.master = Master(
+            config=config,
+            identity=identity,
+            children=children,
+            stopper=stopper,
+            memory=MemoryPolicy(config, watch, cgroup, children, stopper),
+            duties=duties,
+            signals=SignalQueue(MASTER_SIGNALS, wakeup=True),
+            notifier=self.notifier,  # type: ignore[arg-type]
+            metrics=metrics,
+        )
 
     # -- the seams -------------------------------------------------------
     def fork_child(
@@ -251,13 +302,25 @@ class Harness:
 
 
 @pytest.fixture
-def harness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+def make_harness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Harness]]:
+    """Harnesses of three children, with the memory limits given."""
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
-    built = Harness(monkeypatch, processes=3)
+    built: list[Harness] = []
+
+    def make(**memory: Any) -> Harness:
+        built.append(Harness(monkeypatch, processes=3, **memory))
+        return built[-1]
+
     try:
-        yield built
+        yield make
     finally:
-        built.close()
+        for harness in built:
+            harness.close()
+
+
+@pytest.fixture
+def harness(make_harness: Callable[..., Harness]) -> Harness:
+    return make_harness()
 
 
 def killed_by(signum: int) -> int:
@@ -346,18 +409,18 @@ def test_unexpected_death_requeues_with_crash_triage_and_backs_off(harness: Harn
     payload, reason = triage(b"the job it ran", {"jid": "j", "queue": "default"})
     assert (payload["crash_count"], payload["crash_cause"], reason) == (1, "SIGKILL", None)
     assert harness.recovery.forgotten == [child.identity]
-    assert harness.redis.deleted == [harness.master.keys.heartbeat(child.identity)]
+    assert harness.redis.deleted == [harness.keys.heartbeat(child.identity)]
     assert harness.master.duties.pending() == ()
     assert harness.killpgs == [(child.pid, signal.SIGKILL)]  # what its jobs left behind
 
     # it died right after start: its slot is refilled after the backoff, not at once
-    assert before + FIRST_DELAY <= harness.master.respawn_at[2] <= time.monotonic() + FIRST_DELAY
+    assert before + FIRST_DELAY <= harness.master.respawns.at[2] <= time.monotonic() + FIRST_DELAY
     harness.master.spawn_missing()
     assert len(harness.forks) == 3
-    harness.master.respawn_at[2] = time.monotonic() - 0.001  # the backoff has passed
+    harness.master.respawns.at[2] = time.monotonic() - 0.001  # the backoff has passed
     harness.master.spawn_missing()
     assert [index for index, _ in harness.forks] == [1, 2, 3, 2]
-    assert 2 not in harness.master.respawn_at
+    assert 2 not in harness.master.respawns.at
     assert harness.master.exit_code == exitcodes.OK
     assert not harness.master.stopping
 
@@ -368,8 +431,8 @@ def test_repeated_early_deaths_back_off_longer(harness: Harness) -> None:
     for _ in range(3):
         child = harness.child(1)
         harness.die(child, exited_with(1))
-        delays.append(harness.master.respawn_at[1] - time.monotonic())
-        harness.master.respawn_at[1] = 0.0
+        delays.append(harness.master.respawns.at[1] - time.monotonic())
+        harness.master.respawns.at[1] = 0.0
         harness.master.spawn_missing()
     assert delays[0] == pytest.approx(0.1, abs=0.05)
     assert delays[1] == pytest.approx(0.2, abs=0.05)
@@ -381,7 +444,7 @@ def test_death_after_a_healthy_life_is_replaced_at_once(harness: Harness) -> Non
     child = long_lived(harness.child(3))
     harness.die(child, killed_by(signal.SIGSEGV))
     assert harness.recovery.requeued[0][1] is not None  # still a crash
-    assert 3 not in harness.master.respawn_at
+    assert 3 not in harness.master.respawns.at
     harness.master.spawn_missing()
     assert [index for index, _ in harness.forks] == [1, 2, 3, 3]
 
@@ -392,17 +455,17 @@ def test_expected_exit_requeues_without_triage_and_no_backoff(harness: Harness) 
     child.state = STOPPING
     harness.die(child, exited_with(0))
     assert harness.recovery.requeued == [(child.identity, None)]
-    assert harness.master.respawn_at == {}
-    assert harness.master.backoff == {}
+    assert harness.master.respawns.at == {}
+    assert harness.master.respawns.backoff == {}
 
 
 def test_expected_death_by_signal_is_not_a_crash_either(harness: Harness) -> None:
     harness.start_all()
     child = harness.child(1)
-    harness.master.stop_child(child, "test")
+    harness.master.stopper.stop(child, "test")
     harness.die(child, killed_by(signal.SIGKILL))  # e.g. stop_overdue's SIGKILL
     assert harness.recovery.requeued == [(child.identity, None)]
-    assert harness.master.respawn_at == {}
+    assert harness.master.respawns.at == {}
 
 
 def test_app_import_failure_halts_instead_of_fork_looping(harness: Harness) -> None:
@@ -418,7 +481,7 @@ def test_app_import_failure_halts_instead_of_fork_looping(harness: Harness) -> N
         assert child.state == STOPPING
     assert harness.signals_to(failed) == []
     assert harness.notifier.sent == ["STOPPING=1"]
-    assert harness.master.respawn_at == {}
+    assert harness.master.respawns.at == {}
 
 
 def test_exit_0_of_a_child_not_stopped_is_not_a_crash_but_is_replaced(harness: Harness) -> None:
@@ -437,8 +500,8 @@ def test_exit_0_right_after_start_is_replaced_after_the_backoff(harness: Harness
     child = harness.child(2)
     harness.die(child, exited_with(0))
     assert harness.recovery.requeued == [(child.identity, None)]
-    assert 2 in harness.master.respawn_at
-    harness.master.respawn_at[2] = 0.0
+    assert 2 in harness.master.respawns.at
+    harness.master.respawns.at[2] = 0.0
     harness.master.spawn_missing()
     assert [index for index, _ in harness.forks] == [1, 2, 3, 2]
 
@@ -515,8 +578,8 @@ def test_a_remote_stop_is_graceful_with_an_exit_code_of_its_own(harness: Harness
 def test_the_masters_start_up_scan_is_fenced_like_the_childrens(harness: Harness) -> None:
     """A heartbeat deleted just as a master starts must not make its scan
     requeue a live worker's jobs (recovery.py's fence)."""
-    master = Master(harness.master.config)
-    assert master.recovery.silent_grace == harness.master.config.heartbeat_ttl / 2
+    master = build_master(harness.master.config)
+    assert master.duties.recovery.silent_grace == harness.master.config.heartbeat_ttl / 2
 
 
 def test_a_remote_stop_during_a_stop_leaves_its_exit_code(harness: Harness) -> None:
@@ -561,7 +624,7 @@ def test_ttou_below_a_slot_in_backoff_does_not_make_the_loop_spin(
     harness.die(harness.child(3), exited_with(1))  # right after start: back in 0.1 s
     harness.master.handle_sigttou()  # the operator shrinks the pool meanwhile
     assert harness.kills == []  # two serving children are what is wanted now
-    harness.master.respawn_at[3] = time.monotonic() - 0.001  # the backoff has passed
+    harness.master.respawns.at[3] = time.monotonic() - 0.001  # the backoff has passed
     for _ in range(3):  # a few turns of the loop
         harness.master.spawn_missing()
         harness.master.wait()
@@ -703,8 +766,8 @@ def test_hup_forks_a_slot_in_crash_backoff_at_once_and_retires_every_old_child(
     crashed = harness.child(3)
     harness.die(crashed, killed_by(signal.SIGKILL))  # right after start: in backoff
     for _ in range(5):  # it kept crashing: the next fork is seconds away
-        harness.master.backoff[3].delay_after_death(0.0)
-    harness.master.respawn_at[3] = time.monotonic() + 30.0
+        harness.master.respawns.backoff[3].delay_after_death(0.0)
+    harness.master.respawns.at[3] = time.monotonic() + 30.0
     harness.master.handle_sighup()
     harness.master.spawn_missing()
     new = [c for c in harness.children() if c not in old]
@@ -715,7 +778,7 @@ def test_hup_forks_a_slot_in_crash_backoff_at_once_and_retires_every_old_child(
     assert sorted(harness.kills) == sorted((c.pid, signal.SIGTERM) for c in survivors)
     assert harness.master.children.in_state(RETIRING) == []
     harness.die(new[2], killed_by(signal.SIGKILL))  # crashing again right after start
-    assert harness.master.respawn_at[3] - time.monotonic() <= FIRST_DELAY  # from the start
+    assert harness.master.respawns.at[3] - time.monotonic() <= FIRST_DELAY  # from the start
 
 
 def test_a_child_forked_while_the_pool_is_quiet_starts_quiet(harness: Harness) -> None:
@@ -820,13 +883,13 @@ def test_sigquit_stops_at_once(harness: Harness) -> None:
 
 def test_stop_overdue_kills_a_stopping_child_past_its_deadline(harness: Harness) -> None:
     late, in_time, running = harness.start_all()
-    harness.master.stop_child(late, "test")
-    harness.master.stop_child(in_time, "test")
+    harness.master.stopper.stop(late, "test")
+    harness.master.stopper.stop(in_time, "test")
     late.stop_deadline = time.monotonic() - 0.001
     harness.kills.clear()
-    harness.master.stop_overdue()
+    harness.master.stopper.overdue()
     assert harness.kills == [(late.pid, signal.SIGKILL)]
-    harness.master.stop_overdue()  # once is enough
+    harness.master.stopper.overdue()  # once is enough
     assert harness.kills == [(late.pid, signal.SIGKILL)]
     assert running.state == RUNNING
 
@@ -839,7 +902,7 @@ def test_a_child_already_gone_when_signalled_is_left_to_the_reaper(
     def gone(pid: int, signum: int) -> None:
         raise ProcessLookupError
 
-    monkeypatch.setattr("jobmaster.supervisor.master.os.kill", gone)
+    monkeypatch.setattr("jobmaster.supervisor.stopping.os.kill", gone)
     harness.master.handle_sigterm()  # raises nothing
     assert all(c.state == STOPPING for c in harness.master.children)
 
@@ -877,19 +940,19 @@ def test_quiet_while_stopping_sends_nothing(harness: Harness) -> None:
 
 # -- the memory killer ---------------------------------------------------------
 def sizes_for(monkeypatch: pytest.MonkeyPatch, sizes: dict[int, float]) -> None:
-    monkeypatch.setattr(master_module, "measure_mb", lambda pid, metric: sizes.get(pid))
+    monkeypatch.setattr(memory_policy, "measure_mb", lambda pid, metric: sizes.get(pid))
 
 
 def check_memory_now(harness: Harness) -> None:
-    harness.master._next_memory_check = 0.0
-    harness.master.check_memory()
+    harness.master.memory.next_check = 0.0
+    harness.master.memory.check()
 
 
 def test_a_child_over_its_limit_three_times_is_recycled_replacement_first(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    harness = make_harness(limit_mb=150)
     harness.master.config.memory_grace = 30.0
-    harness.master.memory.limit_mb = 150
     children = harness.start_all()
     big = children[0]
     sizes_for(monkeypatch, {c.pid: 50.0 for c in children} | {big.pid: 200.0})
@@ -908,10 +971,12 @@ def test_a_child_over_its_limit_three_times_is_recycled_replacement_first(
     assert [index for index, _ in harness.forks].count(big.index) == 2  # replaced at once
 
 
-def test_a_recycled_child_killed_after_its_grace_blames_its_jobs(harness: Harness) -> None:
-    harness.master.memory.limit_mb = 150
+def test_a_recycled_child_killed_after_its_grace_blames_its_jobs(
+    make_harness: Callable[..., Harness],
+) -> None:
+    harness = make_harness(limit_mb=150)
     [child, *_] = harness.start_all()
-    harness.master.recycle(child, "uses 200 MB", memory_cause="over max_child_mb 150 (uss)")
+    harness.master.memory.recycle(child, "uses 200 MB", "over max_child_mb 150 (uss)")
     harness.slots[child.pid].mark(1, b"the bloating job")
     harness.die(child, killed_by(signal.SIGKILL))
     [(identity, triage)] = harness.recovery.requeued
@@ -936,9 +1001,9 @@ def test_a_child_at_max_jobs_is_recycled_without_blame(harness: Harness) -> None
 
 
 def test_the_container_guard_recycles_the_largest_once_at_a_time(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness.master.memory.container_mb = 1000
+    harness = make_harness(container_mb=1000)
     children = harness.start_all()
     sizes_for(monkeypatch, {children[0].pid: 300.0, children[1].pid: 350.0, children[2].pid: 260.0})
     check_memory_now(harness)
@@ -951,9 +1016,9 @@ def test_the_container_guard_recycles_the_largest_once_at_a_time(
 
 
 def test_the_last_line_kills_the_largest_child_and_blames_its_jobs_exactly(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness.master.memory.container_mb = 1000
+    harness = make_harness(container_mb=1000)
     children = harness.start_all()
     big = children[1]
     sizes_for(monkeypatch, {children[0].pid: 300.0, big.pid: 400.0, children[2].pid: 260.0})
@@ -978,9 +1043,9 @@ def test_the_last_line_kills_the_largest_child_and_blames_its_jobs_exactly(
 
 
 def test_no_room_a_recycled_child_pushes_its_jobs_back_now(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness.master.memory.container_mb = 1000
+    harness = make_harness(container_mb=1000)
     children = harness.start_all()
     sizes = {children[0].pid: 300.0, children[1].pid: 350.0, children[2].pid: 260.0}
     sizes_for(monkeypatch, sizes)
@@ -997,10 +1062,9 @@ def test_no_room_a_recycled_child_pushes_its_jobs_back_now(
 
 
 def test_near_the_limit_a_replacement_waits_until_the_recycled_child_has_gone(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    harness.master.memory.container_mb = 1000
-    harness.master.memory.limit_mb = 200
+    harness = make_harness(container_mb=1000, limit_mb=200)
     children = harness.start_all()
     big = children[0]
     sizes = {big.pid: 260.0, children[1].pid: 200.0, children[2].pid: 200.0}
@@ -1024,28 +1088,29 @@ def test_near_the_limit_a_replacement_waits_until_the_recycled_child_has_gone(
 
 
 def test_between_samples_the_cgroup_usage_alone_brings_the_next_sample_forward(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """memory_check_interval 5 s: three children leaking 20 MB/s took a 600 MB
     group from 50 % to the kernel's OOM kill between two samples."""
+    harness = make_harness(
+        container_mb=600, cgroup=MemoryCgroup(1, tmp_path, tmp_path, 600 * 2**20)
+    )
     (tmp_path / "memory.usage_in_bytes").write_text(f"{300 * 2**20}\n")
-    harness.master.cgroup = MemoryCgroup(1, tmp_path, tmp_path, 600 * 2**20)
-    harness.master.memory.container_mb = 600
     children = harness.start_all()
     sizes_for(monkeypatch, {c.pid: 50.0 for c in children})
     check_memory_now(harness)  # 50 %: the next sample in 5 s
-    assert harness.master._next_memory_check - time.monotonic() > 4.0
-    checked = harness.master._last_memory_check
-    harness.master._next_memory_poll = 0.0
-    harness.master.check_memory()
-    assert harness.master._last_memory_check == checked  # still 50 %: no sample
+    assert harness.master.memory.next_check - time.monotonic() > 4.0
+    checked = harness.master.memory.last_check
+    harness.master.memory.next_poll = 0.0
+    harness.master.memory.check()
+    assert harness.master.memory.last_check == checked  # still 50 %: no sample
     (tmp_path / "memory.usage_in_bytes").write_text(f"{450 * 2**20}\n")  # 75 %
-    harness.master._next_memory_poll = 0.0
-    harness.master._last_memory_check -= 0.5  # WATCH_INTERVAL ago
-    harness.master.check_memory()
-    assert harness.master._last_memory_check > checked  # sampled at once
-    assert harness.master.memory_used_mb == 450
-    assert harness.master._next_memory_check - time.monotonic() <= 0.5
+    harness.master.memory.next_poll = 0.0
+    harness.master.memory.last_check -= 0.5  # WATCH_INTERVAL ago
+    harness.master.memory.check()
+    assert harness.master.memory.last_check > checked  # sampled at once
+    assert harness.master.memory.used_mb == 450
+    assert harness.master.memory.next_check - time.monotonic() <= 0.5
 
 
 def test_a_crash_blames_only_the_jobs_its_child_had_started(harness: Harness) -> None:

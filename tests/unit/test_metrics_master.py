@@ -12,11 +12,9 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-import redis
 
-from jobmaster.metrics.hub import MetricsHub
 from jobmaster.supervisor.children import STARTING, STOPPING
-from tests.unit.test_master_loop import NOBODY_LISTENS, Harness, exited_with, killed_by
+from tests.unit.test_master_loop import Harness, exited_with, killed_by
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -24,11 +22,9 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.fixture
 def harness(monkeypatch: pytest.MonkeyPatch, free_port: int) -> Iterator[Harness]:
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
-    built = Harness(monkeypatch, processes=2)
+    built = Harness(monkeypatch, processes=2, metrics_port=free_port)
     master = built.master
-    master.config.metrics_port = free_port
-    client = redis.Redis.from_url(NOBODY_LISTENS)
-    master.metrics = MetricsHub(master.config, master.children, lambda: master.wanted, client)
+    assert master.metrics is not None
     master.metrics.start()
     try:
         yield built
@@ -65,7 +61,7 @@ def test_recycles_and_rolling_restarts_are_restarts_by_their_reason(harness: Har
     for child in harness.children():
         harness.ready(child)
     bloated, other = harness.children()
-    harness.master.recycle(bloated, "uses 200 MB", memory_cause="over max_child_mb 150 (uss)")
+    harness.master.memory.recycle(bloated, "uses 200 MB", "over max_child_mb 150 (uss)")
     harness.die(bloated, killed_by(signal.SIGKILL))  # killed after its grace
     harness.master.handle_sighup()  # ``other`` retires once its replacement is ready
     harness.master.spawn_missing()

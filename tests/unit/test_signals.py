@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobmaster.signals import CHILD_SIGNALS, QUIET, RESUME, STOP, SignalQueue, name
+from jobmaster.signals import CHILD_SIGNALS, QUIET, RESUME, STOP, SignalQueue, blocked, name
 
 
 @pytest.fixture
@@ -89,3 +89,13 @@ def test_name() -> None:
     assert name(signal.SIGKILL) == "SIGKILL"
     assert name(signal.SIGTSTP) == "SIGTSTP"
     assert name(999) == "999"
+
+
+def test_blocked_yields_the_mask_a_forked_child_restores_then_restores_it() -> None:
+    """spawn.fork_child forks inside ``blocked``: the child restores the yielded
+    mask once its own handlers are in, the master when the block ends."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with blocked({signal.SIGUSR2}) as previous:
+        assert previous == before
+        assert signal.SIGUSR2 in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before

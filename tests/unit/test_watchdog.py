@@ -7,10 +7,12 @@ import time
 
 from jobmaster.errors import JobTimeout
 from jobmaster.worker.fetch import Unit
+from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.watchdog import Armed, Watchdog
 from tests.helpers import wait_until
 
-UNIT = Unit(raw=b"{}", queue="default")
+RAW = b'{"jid": "j", "job": "tests.nothing", "args": [], "queue": "default"}'
+JOB = FetchedJob.read(Unit(raw=RAW, queue="default"))
 
 
 def start_watchdog(grace: float, stuck: list[Armed]) -> tuple[Watchdog, threading.Event]:
@@ -27,7 +29,7 @@ def test_a_python_loop_is_interrupted_at_its_timeout() -> None:
 
     def job() -> None:
         try:
-            with watchdog.deadline(UNIT, {"jid": "j"}, 0.3):
+            with watchdog.deadline(JOB, 0.3):
                 while True:
                     pass
         except JobTimeout as error:
@@ -51,7 +53,7 @@ def test_a_thread_stuck_outside_python_is_given_up_after_the_grace() -> None:
 
     def job() -> None:
         try:
-            with watchdog.deadline(UNIT, {"jid": "j"}, 0.2):
+            with watchdog.deadline(JOB, 0.2):
                 release.wait(10)  # blocks in C: the exception waits for it
             outcome.append("returned")
         except JobTimeout:
@@ -60,7 +62,7 @@ def test_a_thread_stuck_outside_python_is_given_up_after_the_grace() -> None:
     thread = threading.Thread(target=job)
     thread.start()
     wait_until(lambda: len(stuck) == 1, timeout=5, message="given up after timeout + grace")
-    assert stuck[0].payload == {"jid": "j"} and stuck[0].timeout == 0.2
+    assert stuck[0].job is JOB and stuck[0].timeout == 0.2
     release.set()
     thread.join(timeout=5)
     stop.set()
@@ -70,7 +72,7 @@ def test_a_thread_stuck_outside_python_is_given_up_after_the_grace() -> None:
 def test_a_job_that_ends_in_time_gets_no_exception_later() -> None:
     stuck: list[Armed] = []
     watchdog, stop = start_watchdog(30.0, stuck)
-    with watchdog.deadline(UNIT, {"jid": "j"}, 0.2):
+    with watchdog.deadline(JOB, 0.2):
         pass
     time.sleep(0.5)  # past the deadline: nothing may fire at this thread now
     stop.set()
@@ -80,7 +82,7 @@ def test_a_job_that_ends_in_time_gets_no_exception_later() -> None:
 def test_no_timeout_means_no_watch() -> None:
     stuck: list[Armed] = []
     watchdog, stop = start_watchdog(0.0, stuck)
-    with watchdog.deadline(UNIT, {}, None):
+    with watchdog.deadline(JOB, None):
         time.sleep(0.3)
     stop.set()
     assert stuck == []

@@ -1,4 +1,4 @@
-"""Who a worker process is, in Redis.
+"""Who a worker process is, in Redis (the master names its children with it too).
 
 The identity names the process's in-progress list and heartbeat. It has a
 random boot nonce so that a recycled pid (common in containers, where every
