@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
+import jobmaster
+from jobmaster import payload as wire
+from jobmaster.keys import Keys
 from jobmaster.worker import returns
+from jobmaster.worker.acks import Acks
+from jobmaster.worker.executor import Executor
+from jobmaster.worker.fetch import Unit
+from jobmaster.worker.fetched import FetchedJob
+from jobmaster.worker.outcome import Kind, Ran, conclude
 
 
 @pytest.mark.parametrize(
@@ -77,3 +85,50 @@ def test_result_ttl_is_the_payloads_when_it_is_sane(
     payload: dict[str, Any], kept: int | None
 ) -> None:
     assert returns.result_ttl(payload) == kept
+
+
+# -- on the job's way: conclude() makes the value and result_ttl part of its one outcome
+@jobmaster.job(name="tests.unit.returns.job", retry=0)
+def returning(value: Any) -> Any:
+    return value
+
+
+def fetched(**fields: Any) -> FetchedJob:
+    payload = {
+        "jid": "0123456789abcdef01234567",
+        "job": "tests.unit.returns.job",
+        "args": [1],
+        "queue": "default",
+        **fields,
+    }
+    return FetchedJob.read(Unit(raw=wire.encode(payload), queue="default"))
+
+
+def test_a_success_carries_its_value_encoded_once_and_its_result_ttl() -> None:
+    done = conclude(fetched(result_ttl=60), Ran(value={"n": 1}), 1.0, 2.0)
+    assert (done.kind, done.result, done.result_ttl) == (Kind.DONE, b'{"n":1}', 60)
+    assert conclude(fetched(), Ran(), 1.0, 2.0).result is None
+    assert conclude(fetched(), Ran(), 1.0, 2.0).result_ttl is None
+
+
+def test_a_value_json_cannot_encode_still_succeeds_with_no_result(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="jobmaster.worker.returns"):
+        done = conclude(fetched(), Ran(value={1, 2}), 1.0, 2.0)
+    assert done.kind == Kind.DONE and done.result is None and done.status == "complete"
+    assert "not kept, the job is complete with result None" in caplog.text
+
+
+def test_a_failure_keeps_its_end_the_jobs_result_ttl_without_a_result() -> None:
+    dead = conclude(fetched(result_ttl=30), Ran(RuntimeError("x")), 1.0, 2.0)
+    assert (dead.kind, dead.result, dead.result_ttl) == (Kind.DEAD, None, 30)
+
+
+def test_the_executor_passes_the_return_value_to_the_outcome() -> None:
+    executor = Executor(None, Keys(), None, "w", Acks(None))  # type: ignore[arg-type]
+    raw = wire.encode(
+        {"jid": "0" * 24, "job": "tests.unit.returns.job", "args": [[1, "a"]], "queue": "q"}
+    )
+    outcome = executor.run(Unit(raw=raw, queue="q"))
+    assert outcome.kind == Kind.DONE and outcome.result == b'[1,"a"]'
