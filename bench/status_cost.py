@@ -83,6 +83,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import redis
 from harness import (
     PREFIX,
@@ -150,10 +151,33 @@ def enqueue(
     }
 
 
+def redis_cpu(conn: redis.Redis) -> float:
+    """Seconds of CPU the Redis server has used (user + system)."""
+    cpu = conn.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def children_cpu(pids: set[int]) -> float:
+    """Seconds of CPU the live worker children have used (user + system)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
 def process(
-    conn: redis.Redis, master: Master, jobs: int, t_popen: float, before: Counter[str]
+    conn: redis.Redis,
+    master: Master,
+    jobs: int,
+    t_popen: float,
+    before: Counter[str],
+    cpu_before: float,
 ) -> dict[str, Any]:
-    """Poll stat:processed until it reaches ``jobs``; the timings and Redis calls."""
+    """Poll stat:processed until it reaches ``jobs``; the timings, Redis calls and
+    CPU. CPU is what a busy shared machine distorts least: wall-clock rates
+    swing with other loads, the CPU a job costs much less."""
     polls = 0
     t_first: float | None = None
     first_value = 0
@@ -181,8 +205,9 @@ def process(
         master.children()  # noted, to clean up after
         time.sleep(POLL_INTERVAL)
     t_last = now
+    cpu_after = redis_cpu(conn)
     after = call_counts(conn)
-    master.children()
+    workers_cpu = children_cpu(master.children())  # start-up included: alike in every mode
     assert t_first is not None
     diff = after - before
     diff["get"] -= polls  # ours
@@ -199,6 +224,8 @@ def process(
         "jobs_per_s": (value - first_value) / window if window > 0 else None,
         "jobs_per_s_from_master_start": value / (t_last - t_popen),
         "redis_calls_per_job": sum(diff.values()) / value,
+        "redis_cpu_us_per_job": (cpu_after - cpu_before) / value * 1e6,
+        "children_cpu_us_per_job": workers_cpu / value * 1e6,
         "redis_calls_per_job_by_command": per_job(diff, value),
     }
 
@@ -246,10 +273,11 @@ def run_once(
     job = RESULT_JOB_NAME if mode == "results" else JOB_NAME
     pushed = enqueue(url, conn, args.jobs, track, job)
     master = Master(config, url, directory / "master.log")
+    cpu_before = redis_cpu(conn)
     before = call_counts(conn)
     t_popen = time.perf_counter()
     with master.running(f"run {index} master"):
-        measured = process(conn, master, args.jobs, t_popen, before)
+        measured = process(conn, master, args.jobs, t_popen, before, cpu_before)
         stop_s, code = master.stop()
         memory = kept_memory(conn, baseline, args.jobs)
         return {
@@ -286,6 +314,10 @@ def mode_summary(mine: list[dict[str, Any]]) -> dict[str, Any]:
         ),
         "median_enqueue_jobs_per_s": median([r["enqueue"]["jobs_per_s"] for r in mine]),
         "median_redis_calls_per_job": median([r["process"]["redis_calls_per_job"] for r in mine]),
+        "median_redis_cpu_us_per_job": median([r["process"]["redis_cpu_us_per_job"] for r in mine]),
+        "median_children_cpu_us_per_job": median(
+            [r["process"]["children_cpu_us_per_job"] for r in mine]
+        ),
         "median_enqueue_redis_calls_per_job": median(
             [r["enqueue"]["redis_calls_per_job"] for r in mine]
         ),
@@ -425,6 +457,8 @@ def print_table(report: dict[str, Any]) -> None:
     row("enqueue jobs/s (push_bulk)", "median_enqueue_jobs_per_s", "enqueue_jobs_per_s", ".0f")
     row("Redis calls/job processed", "median_redis_calls_per_job", None, ".2f")
     row("Redis calls/job enqueued", "median_enqueue_redis_calls_per_job", None, ".2f")
+    row("Redis CPU us/job processed", "median_redis_cpu_us_per_job", None, ".1f")
+    row("workers' CPU us/job processed", "median_children_cpu_us_per_job", None, ".1f")
     print(
         f"  {'Redis KiB per 1,000 jobs kept':<32}{on['median_bytes_per_1000_jobs'] / 1024:10.1f}"
         f"{off['median_bytes_per_1000_jobs'] / 1024:10.1f}",
@@ -470,6 +504,8 @@ def print_results(s: dict[str, Any], sample: dict[str, Any], out: Any) -> None:
         ("jobs/s, first to last", "median_jobs_per_s", ".0f"),
         ("jobs/s, from master start", "median_jobs_per_s_from_master_start", ".0f"),
         ("Redis calls/job processed", "median_redis_calls_per_job", ".2f"),
+        ("Redis CPU us/job", "median_redis_cpu_us_per_job", ".1f"),
+        ("workers' CPU us/job", "median_children_cpu_us_per_job", ".1f"),
     ):
         pct = cost.get(name.removeprefix("median_"))
         tail = f"{pct:+7.1f} %" if pct is not None else ""
