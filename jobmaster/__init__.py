@@ -13,10 +13,12 @@ The producer API::
 from __future__ import annotations
 
 from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
+from jobmaster.api.cancels import cancel
 from jobmaster.client import Client, attempts, configure, result, status
 from jobmaster.errors import (
     ConfigError,
     EnqueueError,
+    JobCancelled,
     JobFailed,
     JobmasterError,
     JobTimeout,
@@ -36,6 +38,7 @@ __all__ = [
     "ConfigError",
     "DeadSet",
     "EnqueueError",
+    "JobCancelled",
     "JobFailed",
     "JobFunction",
     "JobTimeout",
@@ -53,6 +56,7 @@ __all__ = [
     "attempts",
     "batch",
     "batch_status",
+    "cancel",
     "chain",
     "chain_status",
     "configure",

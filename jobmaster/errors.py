@@ -36,6 +36,15 @@ class JobTimeout(BaseException):
     """
 
 
+class JobCancelled(BaseException):
+    """Raised inside a running job's thread after ``jobmaster.cancel(jid)``.
+
+    A ``BaseException`` for the reason JobTimeout is one: a job's own
+    ``except Exception`` must not swallow the cancel and run on to an end.
+    The job ends with status ``cancelled``: not retried, not dead.
+    """
+
+
 class PoisonPill(Exception):
     """The error an ``on_failure`` hook gets for a job that kept killing (or
     bloating) its worker process and was buried without running to an end."""

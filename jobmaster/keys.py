@@ -101,7 +101,7 @@ class Keys:
     # -- per job ----------------------------------------------------------
     def status(self, jid: str) -> str:
         """A job's status (queued, scheduled, working, retrying, complete, failed,
-        dead), kept status_ttl seconds after its last change."""
+        dead, cancelled), kept status_ttl seconds after its last change."""
         return f"{self.prefix}status:{jid}"
 
     @property
@@ -134,6 +134,14 @@ class Keys:
     def attempts(self, jid: str) -> str:
         """List of a job's attempts (JSON), expiring with its status."""
         return f"{self.prefix}attempts:{jid}"
+
+    @property
+    def cancels(self) -> str:
+        """Sorted set of jids ``jobmaster.cancel`` was asked to stop, scored by
+        when (Redis's clock): every worker process reads what is new in it
+        once a second, so a cancel reaches a job running on any host
+        (api/cancels.py, worker/cancels.py)."""
+        return f"{self.prefix}cancels"
 
     # -- counters -------------------------------------------------------
     def stat(self, name: str) -> str:

@@ -1219,6 +1219,179 @@ class QueueEnds(ScriptCall):
         return [self.keep]
 
 
+# CANCEL_REQUEST: record that ``jobmaster.cancel`` asked for a job to stop,
+# only if its status says it has not ended (queued, scheduled, retrying,
+# working): the check and the write are one step, so a job that ends as we
+# look is never told it "will not run" when it already ran. The request is a
+# member of the cancels set scored by Redis's own clock (no skew between the
+# hosts whose workers read it), trimmed by age and count: a flood of
+# requests costs a bounded set, not Redis's memory. A cancels key of another
+# type (forged) is replaced: else every cancel, and every worker's read of it,
+# would fail from then on.
+# KEYS[1] the job's status key, KEYS[2] the cancels set, KEYS[3] the
+# cancelled total (counts each job once, at its first request)
+# ARGV[1] jid, ARGV[2] seconds a request is kept, ARGV[3] most requests kept
+# Returns {status ('' when none or not a string), 1 if the request was
+# recorded now, 0 if not (ended, unknown, or asked before)}.
+CANCEL_REQUEST = """
+local status = redis.pcall('GET', KEYS[1])
+if type(status) ~= 'string' then return {'', 0} end
+local live = {queued = true, scheduled = true, retrying = true, working = true}
+if not live[status] then return {status, 0} end
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', KEYS[2]) end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local added = redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[2])))
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[3]) - 1)
+if added == 1 and type(redis.pcall('INCR', KEYS[3])) == 'table' then
+  redis.call('SET', KEYS[3], 1)
+end
+return {status, added}
+"""
+
+
+@dataclass(frozen=True)
+class CancelRequest(ScriptCall):
+    status_key: str
+    cancels_key: str
+    cancelled_key: str  # the cancelled total
+    jid: str
+    keep_for: int  # seconds a request is kept
+    most: int  # requests kept
+
+    def keys(self) -> list[str]:
+        return [self.status_key, self.cancels_key, self.cancelled_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.jid, self.keep_for, self.most]
+
+
+# FIND_QUEUED: look for a job's entry in one page of a queue, inside Redis:
+# only the entry found crosses the wire, not the page (a queue may hold a
+# million jobs). Pages go from the left (the newest end), as Queue.__iter__
+# explains: a fetch from the right shifts nothing, a push only makes the
+# walk see an entry twice, so an entry that stays queued is never skipped.
+# An entry is the job's when it holds the jid and decodes to an object whose
+# ``jid`` it is (an argument that mentions the jid is no match); one cjson
+# cannot decode is matched by its ``"jid":"<jid>"`` text. A key that is not
+# a list (forged) holds no job. Read-only.
+# KEYS[1] the queue list
+# ARGV[1] jid, ARGV[2] first index of the page, ARGV[3] page size
+# Returns {index, entry} when found, {next page's index} when not, {-1} at
+# the end of the list.
+FIND_QUEUED = """
+local jid, start, size = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {-1} end
+local page = redis.call('LRANGE', KEYS[1], start, start + size - 1)
+for i, entry in ipairs(page) do
+  if string.find(entry, jid, 1, true) then
+    local ok, decoded = pcall(cjson.decode, entry)
+    if ok then
+      if type(decoded) == 'table' and decoded.jid == jid then return {start + i - 1, entry} end
+    elseif string.find(entry, '"jid":"' .. jid .. '"', 1, true) then
+      return {start + i - 1, entry}
+    end
+  end
+end
+if #page < size then return {-1} end
+return {start + size}
+"""
+
+
+@dataclass(frozen=True)
+class FindQueued(ScriptCall):
+    queue_key: str
+    jid: str
+    start: int  # first index of the page
+    size: int  # entries in the page
+
+    def keys(self) -> list[str]:
+        return [self.queue_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.jid, self.start, self.size]
+
+
+# CANCEL: remove a waiting job (from its queue, the scheduled or the retry
+# set) for good, only if it is still there, with what its end entails in the
+# same step: status ``cancelled``, its unique lock released. A job fetched
+# (or moved by a poller) meanwhile is left alone: the cancel request stops
+# it where it runs (worker/cancels.py).
+# KEYS[1] the queue list or sorted set, KEYS[2] the job's status key,
+# KEYS[3] its unique lock (any key when ARGV[4] is '')
+# ARGV[1] 'list' | 'zset', ARGV[2] the entry as stored, ARGV[3] new status
+# ('' = status off), ARGV[4] the jid whose lock to release ('' = none;
+# released only if that jid holds it), ARGV[5] status TTL (s)
+# Returns 1 if removed, 0 if the entry was no longer there.
+CANCEL_BODY = """
+local removed
+if ARGV[1] == 'list' then
+  removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
+else
+  removed = redis.call('ZREM', KEYS[1], ARGV[2])
+end
+if removed == 0 then return 0 end
+if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
+if ARGV[4] ~= '' and redis.pcall('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
+"""
+CANCEL = CANCEL_BODY + "return 1\n"
+
+
+@dataclass(frozen=True)
+class Cancel(ScriptCall):
+    source_key: str  # the queue list or sorted set
+    status_key: str
+    lock_key: str  # any key when unlock_jid is ''
+    source_kind: str  # 'list' | 'zset'
+    entry: bytes  # as stored
+    status: str  # '' = status off
+    unlock_jid: str  # '' = none
+    status_ttl: int
+
+    def keys(self) -> list[str]:
+        return [self.source_key, self.status_key, self.lock_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.source_kind, self.entry, self.status, self.unlock_jid, self.status_ttl]
+
+
+# CANCEL_STEP: CANCEL of a batch or chain job, with the workflow's step: the
+# batch counts it as failed (it will not run, so on_success never fires and
+# on_complete fires once the others have run), the chain stops.
+# KEYS[1..3] and ARGV[1..5] as CANCEL, then KEYS[4..16] and ARGV[6..15] the
+# workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
+# TTL, and ARGV[16] the job's jid. Built by CancelStep: a Cancel, then a
+# WorkflowStep, then the jid (as BuryStep).
+# Returns 1 if removed, 0 if the entry was no longer there.
+CANCEL_STEP = (
+    CANCEL_BODY
+    + BATCH_FUNCTIONS
+    + WORKFLOW_FUNCTION
+    + SETTLE_WORKFLOW
+    + """
+local step_args = {unpack(ARGV, 6, 15)}
+step_args[11], step_args[12] = ARGV[16], ARGV[5]
+settle_workflow({unpack(KEYS, 4, 16)}, step_args)
+return 1
+"""
+)
+
+
+@dataclass(frozen=True)
+class CancelStep(ScriptCall):
+    cancel: Cancel
+    step: WorkflowStep
+    jid: str
+
+    def keys(self) -> list[str]:
+        return [*self.cancel.keys(), *self.step.keys()]
+
+    def argv(self) -> list[Arg]:
+        return [*self.cancel.argv(), *self.step.argv(), self.jid]
+
+
 class Scripts:
     """The scripts registered on one Redis client."""
 
@@ -1241,3 +1414,7 @@ class Scripts:
         self.peek = client.register_script(PEEK)
         self.peek_list = client.register_script(PEEK_LIST)
         self.rate_count = client.register_script(RATE_COUNT)
+        self.cancel_request = client.register_script(CANCEL_REQUEST)
+        self.find_queued = client.register_script(FIND_QUEUED)
+        self.cancel = client.register_script(CANCEL)
+        self.cancel_step = client.register_script(CANCEL_STEP)

@@ -311,3 +311,23 @@ def kill_self_after(marker: str, seconds: float) -> None:
     store().hincrby("test:attempts", marker, 1)
     time.sleep(seconds)
     os.kill(os.getpid(), 9)
+
+
+@jobmaster.job(name="tests.stubborn", retry=3, backoff=0)
+def stubborn(marker: str, seconds: float) -> None:
+    """Runs ``seconds``, swallowing every ``Exception`` as job code does, and
+    notes when it ended (unix time) however it ended: a cancel must stop it
+    (``JobCancelled`` is a BaseException), and it must not be retried."""
+    client = store()
+    client.hincrby("test:attempts", marker, 1)
+    client.sadd("test:started", marker)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.01)
+            except Exception:  # noqa: S112 - swallowing is what this job is for
+                continue
+        client.sadd("test:done", marker)
+    finally:
+        client.hset("test:ended_at", marker, repr(time.time()))

@@ -17,6 +17,7 @@ or nothing: the producer's default client (``jobmaster.configure``).
 from __future__ import annotations
 
 from jobmaster.api.batches import BatchInfo, BatchSet
+from jobmaster.api.cancels import Cancellation, Canceller
 from jobmaster.api.history import Minute, throughput
 from jobmaster.api.info import redis_info
 from jobmaster.api.processes import Process, ProcessSet, RunningJob
@@ -35,6 +36,8 @@ from jobmaster.api.stats import DayStats, QueueStats, Stats
 __all__ = [
     "BatchInfo",
     "BatchSet",
+    "Cancellation",
+    "Canceller",
     "DayStats",
     "DeadSet",
     "JobRecord",

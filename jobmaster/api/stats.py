@@ -46,6 +46,7 @@ class Stats:
     failed: int
     processed_today: int
     failed_today: int
+    cancelled: int  # jobs jobmaster.cancel stopped or removed (total, counted once each)
     scheduled_size: int
     retry_size: int
     dead_size: int
@@ -74,6 +75,7 @@ class Stats:
             keys.stat("failed"),
             keys.stat_day("processed", today),
             keys.stat_day("failed", today),
+            keys.stat("cancelled"),
         )
         for zset in (keys.scheduled, keys.retry, keys.dead):
             pipe.zcard(zset)
@@ -82,7 +84,7 @@ class Stats:
         # A key of the wrong type (forged, or written by something else)
         # answers WRONGTYPE: read as empty, so one such key cannot take down
         # ``stats``, ``queue list`` and every page (SPEC §8).
-        first = answers(pipe, [None] * 4, 0, 0, 0, set(), set(), set(), set())
+        first = answers(pipe, [None] * 5, 0, 0, 0, set(), set(), set(), set())
         counters, scheduled, retry, dead, known, paused, workers, masters = first
         queues, paused_names = texts(set(known) | set(paused)), set(texts(paused))
         worker_ids, master_ids = texts(workers), texts(masters)
@@ -101,9 +103,13 @@ class Stats:
         defaults = [0, []] * len(queues) + [None, 0] * len(worker_ids) + [0] * len(master_ids)
         replies = answers(pipe, *defaults)
 
-        self.processed, self.failed, self.processed_today, self.failed_today = (
-            int(number(value)) for value in counters
-        )
+        (
+            self.processed,
+            self.failed,
+            self.processed_today,
+            self.failed_today,
+            self.cancelled,
+        ) = (int(number(value)) for value in counters)
         self.scheduled_size, self.retry_size, self.dead_size = int(scheduled), int(retry), int(dead)
         self.queues = []
         for i, name in enumerate(queues):
@@ -132,7 +138,8 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         """Everything as plain JSON-ready values (``jobmaster stats --json``)."""
         names = [
-            *("processed", "failed", "processed_today", "failed_today", "scheduled_size"),
+            *("processed", "failed", "processed_today", "failed_today", "cancelled"),
+            "scheduled_size",
             *("retry_size", "dead_size", "enqueued", "busy", "processes", "masters", "taken_at"),
         ]
         return {

@@ -1,4 +1,5 @@
-"""The operator's commands: stats, ps, ctl, dead|retries|scheduled, queue, batches, web.
+"""The operator's commands: stats, ps, ctl, dead|retries|scheduled, queue, batches,
+cancel, web.
 
 Built on jobmaster.api only. Their modules use cli.py's helpers
 (``config_options``, ``reports_errors``, ``load``), and cli.py adds them to
@@ -15,6 +16,7 @@ import click
 
 def register(main: click.Group) -> None:
     from jobmaster.commands.batches import batches_group
+    from jobmaster.commands.cancel import cancel_command
     from jobmaster.commands.processes import ctl_group, ps_command
     from jobmaster.commands.sets import GROUPS
     from jobmaster.commands.stats import queue_group, stats_command
@@ -27,6 +29,7 @@ def register(main: click.Group) -> None:
         *GROUPS,
         queue_group,
         batches_group,
+        cancel_command,
         web_command,
     ):
         main.add_command(command)

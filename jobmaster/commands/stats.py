@@ -52,6 +52,7 @@ def stats_command(
         ("dead", str(stats.dead_size)),
         ("processed", f"{stats.processed_today} today (UTC), {stats.processed} total"),
         ("failed", f"{stats.failed_today} today (UTC), {stats.failed} total"),
+        ("cancelled", f"{stats.cancelled} total"),
     ]
     for name, value in lines:
         echo(f"{name + ':':<11}{value}")

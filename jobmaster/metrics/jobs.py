@@ -44,9 +44,9 @@ class JobMetrics:
 
     def observe_outcome(self, outcome: Outcome, queue: str) -> None:
         """Count a recorded outcome: a run, failed or not. A job held back by
-        middleware (``deferred``) or skipped (its batch cancelled) did not run and
-        is not counted."""
-        if outcome.kind in ("deferred", "skipped"):
+        middleware (``deferred``), skipped (its batch cancelled) or cancelled
+        before it started did not run and is not counted."""
+        if not outcome.attempted:
             return
         job = outcome.job if registry.lookup(outcome.job) is not None else UNREGISTERED
         ran = outcome.started_at > 0 and outcome.ended_at >= outcome.started_at

@@ -15,7 +15,9 @@ Each job logs one ``job.start`` line and one end line named after its
 outcome: ``job.done`` (INFO), ``job.retry`` or ``job.failed`` (retry off;
 WARNING), ``job.dead`` (ERROR), with ``duration_ms`` and, for a failure, the
 error's class and message. A job held back by middleware logs
-``job.deferred`` instead, and a job of a cancelled batch ``job.skipped``.
+``job.deferred`` instead, a job of a cancelled batch ``job.skipped``, and a
+job stopped by ``jobmaster.cancel`` (running, or before it started)
+``job.cancelled`` (WARNING).
 The lines carry the jid, job name and queue, never the arguments: those may
 be secrets (``encrypt=True``) or personal data.
 """
@@ -31,13 +33,14 @@ from typing import Any
 import redis
 
 from jobmaster import payload as wire
-from jobmaster.errors import JobTimeout
+from jobmaster.errors import JobCancelled, JobTimeout
 from jobmaster.job import JobFunction
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
 from jobmaster.middleware.base import Defer, JobContext
 from jobmaster.scripts import Scripts, Unlock
 from jobmaster.worker.acks import Acks
+from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
@@ -45,6 +48,7 @@ from jobmaster.worker.outcome import (
     Ending,
     HeldBack,
     Kind,
+    NotStarted,
     Outcome,
     Ran,
     Refused,
@@ -75,10 +79,16 @@ class Executor:
     worker: str  # this process's identity, for middleware
     acks: Acks  # where the "working" mark goes
     watchdog: Watchdog | None = None  # job timeouts; None: no limit enforced
+    cancels: CancelWatch | None = None  # jobmaster.cancel's requests; None: not heard
 
     @classmethod
-    def of(cls, ctx: WorkerContext, watchdog: Watchdog | None = None) -> Executor:
-        return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.acks, watchdog)
+    def of(
+        cls,
+        ctx: WorkerContext,
+        watchdog: Watchdog | None = None,
+        cancels: CancelWatch | None = None,
+    ) -> Executor:
+        return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.acks, watchdog, cancels)
 
     def run(self, unit: Unit) -> Outcome:
         """Run the job in ``unit`` and say how it ended (and when)."""
@@ -91,6 +101,8 @@ class Executor:
             return outcome
         if steps.cancelled(self.client, self.keys, job.step):
             return self._end(job, Skipped(), started)
+        if self.cancels is not None and self.cancels.requested(job.jid):
+            return self._end(job, NotStarted(), started)  # a local look: no round trip
         function = job.function
         if function is None or job.refused is not None:
             return self._end(job, Refused(job.refused or "not registered"), started)
@@ -119,10 +131,11 @@ class Executor:
         started = time.monotonic()
         self._release_until_started(job)
         args, kwargs = job.arguments
-        watchdog = self.watchdog
+        watchdog, cancels = self.watchdog, self.cancels
         try:
             # running_in: jobmaster.current_batch() for the job's code.
             with (
+                cancels.running(job.jid) if cancels else nullcontext(),
                 watchdog.deadline(job, job.timeout) if watchdog else nullcontext(),
                 running_in(job.payload),
             ):
@@ -130,6 +143,8 @@ class Executor:
         except BaseException as error:  # a job's SystemExit must not end the thread either
             if isinstance(error, JobTimeout) and not str(error):
                 error = JobTimeout(f"ran past its timeout of {job.timeout:g}s")
+            elif isinstance(error, JobCancelled) and not str(error):
+                error = JobCancelled("cancelled while running (jobmaster.cancel)")
             return Ran(error), time.monotonic() - started
         return Ran(value=value), time.monotonic() - started
 
@@ -191,6 +206,13 @@ def _log_end(outcome: Outcome, ending: Ending, context: dict[str, Any], took: fl
     elif isinstance(ending, HeldBack):
         message = "held back for %.1fs: %s"
         _event(logging.INFO, "job.deferred", context, message, ending.seconds, ending.reason)
+    elif isinstance(ending, NotStarted):
+        _event(logging.WARNING, "job.cancelled", context, "cancelled before it started")
+    elif outcome.kind is Kind.CANCELLED:
+        ms = (took or 0.0) * 1000
+        message = "cancelled after %.1f ms: %s"
+        fields = {"duration_ms": ms, "error": outcome.error}
+        _event(logging.WARNING, "job.cancelled", context, message, ms, outcome.reason, **fields)
     elif outcome.kind is Kind.DONE:
         ms = (took or 0.0) * 1000
         _event(logging.INFO, "job.done", context, "done in %.1f ms", ms, duration_ms=ms)

@@ -25,6 +25,7 @@ from jobmaster.metrics.jobs import JobMetrics
 from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
+from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher, Unit
@@ -53,9 +54,11 @@ class Manager:
         slots: StartedSlots | None = None,
         *,
         watchdog: Watchdog | None = None,
+        cancels: CancelWatch | None = None,
         max_jobs: int = 0,
     ) -> None:
-        """``watchdog``: enforces job timeouts (None: none are). ``max_jobs``: stop
+        """``watchdog``: enforces job timeouts (None: none are). ``cancels``: stops
+        the jobs ``jobmaster.cancel`` names (None: not heard). ``max_jobs``: stop
         fetching once this many jobs are done (0: no limit)."""
         self.ctx = ctx
         self.signal = WorkSignal()
@@ -67,7 +70,7 @@ class Manager:
         self.job_metrics = JobMetrics()  # counts per job, reported to a master serving metrics
         self._fetches = 0  # fetches in flight (a fetched job is not claimed yet)
         self._fetch_lock = threading.Condition()
-        executor = Executor.of(ctx, watchdog)
+        executor = Executor.of(ctx, watchdog, cancels)
         self.processors = [
             Processor(i, self, self.table, executor, ctx.stopping)
             for i in range(ctx.config.concurrency)

@@ -25,7 +25,7 @@ import redis
 from jobmaster import payload as wire
 from jobmaster import results
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
-from jobmaster.errors import Permanent
+from jobmaster.errors import JobCancelled, Permanent
 from jobmaster.job import JobOptions
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
@@ -41,6 +41,7 @@ log = logging.getLogger("jobmaster.worker.outcome")
 MAX_BACKTRACE_LINES = 40
 RECORD_ATTEMPTS_FOR = 30.0  # seconds an outcome keeps being retried (a Redis restart)
 SKIPPED_REASON = "its batch was cancelled"
+CANCELLED_REASON = "cancelled before it started"
 
 
 class Kind(str, Enum):
@@ -53,6 +54,7 @@ class Kind(str, Enum):
     DROPPED = "dropped"  # failed with retry off
     DEFERRED = "deferred"  # held back by middleware: not an attempt
     SKIPPED = "skipped"  # its batch was cancelled: not run
+    CANCELLED = "cancelled"  # jobmaster.cancel: stopped while running, or never started
 
     def __str__(self) -> str:  # "done" in log lines, not "Kind.DONE"
         return self.value
@@ -65,6 +67,7 @@ STATUS = {
     Kind.DROPPED: "failed",
     Kind.DEFERRED: "scheduled",
     Kind.SKIPPED: "skipped",
+    Kind.CANCELLED: "cancelled",
 }
 
 
@@ -92,6 +95,14 @@ class Outcome:
         """What ``jobmaster.status(jid)`` says after this outcome."""
         return STATUS[self.kind]
 
+    @property
+    def attempted(self) -> bool:
+        """Its code ran: an attempt, counted and kept in its history. A deferred
+        or skipped job made none, nor did one cancelled before it started."""
+        if self.kind is Kind.CANCELLED:
+            return self.failed  # stopped while running: a failed attempt
+        return self.kind not in (Kind.DEFERRED, Kind.SKIPPED)
+
 
 # -- how a read job's run ended (executor.py), made into its one outcome ------
 
@@ -118,13 +129,19 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class NotStarted:
+    """``jobmaster.cancel`` reached it before it started (worker/cancels.py): not
+    run, not retried; its batch counts a failure, its unique lock is freed."""
+
+
+@dataclass(frozen=True)
 class Refused:
     """It cannot run (not registered here, arguments refused): buried as it is."""
 
     reason: str
 
 
-Ending = Ran | HeldBack | Skipped | Refused
+Ending = Ran | HeldBack | Skipped | NotStarted | Refused
 
 
 def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float) -> Outcome:
@@ -159,6 +176,8 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
             started_at=started_at,
             ended_at=ended_at,
         )
+    if isinstance(ending, NotStarted) or isinstance(ending.error, JobCancelled):
+        return _cancelled(job, ending, started_at, ended_at)
     error, options = ending.error, job.options
     hook = _hook(job.wire, options, error)
     if error is None:
@@ -190,6 +209,26 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
         started_at=started_at,
         ended_at=ended_at,
         result_ttl=returns.result_ttl(job.payload),
+    )
+
+
+def _cancelled(
+    job: FetchedJob, ending: NotStarted | Ran, started_at: float, ended_at: float
+) -> Outcome:
+    """Stopped by ``jobmaster.cancel``: status cancelled, no retry, no dead set,
+    no hook (nothing failed); a failure for its batch, the end of its chain."""
+    error = ending.error if isinstance(ending, Ran) else None
+    return Outcome(
+        Kind.CANCELLED,
+        job.jid,
+        job.name,
+        failed=error is not None,  # it ran: a failed attempt, counted as one
+        reason=CANCELLED_REASON if error is None else str(error),
+        error=f"{type(error).__name__}: {error}" if error is not None else "",
+        unique_digest=job.until_executed,
+        workflow=job.step,
+        started_at=started_at,
+        ended_at=ended_at,
     )
 
 
@@ -338,7 +377,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     target = {"retry": keys.retry, "dead": keys.dead, "deferred": keys.scheduled}.get(
         outcome.kind, keys.dead
     )
-    ran = outcome.kind not in ("deferred", "skipped")
+    ran = outcome.attempted
     lock_action, lock_ttl = "", 0
     if outcome.unique_digest is not None:
         # Kept through a retry's wait (extended past it), released at the end.

@@ -25,6 +25,7 @@ from jobmaster.identity import Identity
 from jobmaster.procmem import measure_mb
 from jobmaster.recovery import RecoveryReport
 from jobmaster.slots import StartedSlots
+from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
 from jobmaster.worker.manager import Blame, Manager
@@ -51,7 +52,10 @@ class WorkerProcess:
         self.background_stop = threading.Event()
         self.stuck: queue.SimpleQueue[str] = queue.SimpleQueue()  # jids, for the main thread
         self.watchdog = Watchdog(config.timeout_grace, self.give_up_on, self.background_stop)
-        self.manager = Manager(self.ctx, slots, watchdog=self.watchdog, max_jobs=max_jobs)
+        self.cancels = CancelWatch(self.ctx.redis, self.ctx.keys, self.background_stop)
+        self.manager = Manager(
+            self.ctx, slots, watchdog=self.watchdog, cancels=self.cancels, max_jobs=max_jobs
+        )
         self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.heartbeat = Heartbeat(self.ctx, self.info, self.commands.put, self.background_stop)
         self.poller = ScheduledPoller(self.ctx, self.background_stop)
@@ -73,8 +77,12 @@ class WorkerProcess:
         # Registered before the first fetch; a Redis that answered INFO may
         # still be loading its data and refuse this for a moment.
         when_reachable(self.heartbeat.beat, self.ctx.config.redis_url_masked)
+        # The cancels asked before this process started (a job requeued after a
+        # crash may have been cancelled meanwhile), read before the first fetch.
+        when_reachable(self.cancels.catch_up, self.ctx.config.redis_url_masked)
         self.manager.start()
-        for thread in (self.heartbeat, self.poller, self.selfcheck, self.watchdog):
+        threads = (self.heartbeat, self.poller, self.selfcheck, self.watchdog, self.cancels)
+        for thread in threads:
             thread.start()
         self.manager.listener.subscribed.wait(timeout=5.0)
         config = self.ctx.config

@@ -20,7 +20,8 @@ Callbacks (each optional, each fired exactly once, by the FINISH_STEP of the
 job that settles the batch):
 
 - ``on_complete``: every job has run at least once (succeeded, or failed and
-  waiting for a retry, or dead) or was skipped by ``cancel()``;
+  waiting for a retry, or dead) or was skipped by ``cancel()``; a job
+  stopped by ``jobmaster.cancel(jid)`` counts as failed for good;
 - ``on_success``: every job succeeded (a retry that succeeds counts);
 - ``on_death``: the first time one of its jobs goes to the dead set.
 

@@ -34,6 +34,7 @@ BATCH_EVENTS = {
     "dropped": "failed",
     "dead": "dead",
     "skipped": "skipped",
+    "cancelled": "failed",  # it will not run: a failure for good (jobmaster.cancel)
 }
 
 
@@ -85,7 +86,7 @@ class FollowUp:
 
 def follow_up(kind: str, chain: Mapping[str, Any] | None, now: float) -> FollowUp:
     """What a step's outcome does to its chain (pure: unit-tested without Redis)."""
-    if chain is None or kind not in ("done", "dead", "dropped"):
+    if chain is None or kind not in ("done", "dead", "dropped", "cancelled"):
         return FollowUp()
     cid = str(chain["id"])
     listed = chain.get("rest")

@@ -40,7 +40,8 @@ rule on a unit whose entry was pushed back or recovered: the bundle keeps
 such units), halt with push-back, a child's death and the master's requeue
 with exact crash blame (none, one or several jobs started, or unknown), a
 heartbeat that expires, a beat, orphan recovery, the scheduled/retry
-poller on a fake clock, and an operator's kill, retry and delete.
+poller on a fake clock, an operator's kill, retry and delete, and
+``jobmaster.cancel`` of any job.
 
 A bounded run is part of the suite. The long run, by hand::
 
@@ -78,6 +79,7 @@ from hypothesis.stateful import (
 )
 
 from jobmaster import payload as wire
+from jobmaster.api.cancels import Canceller
 from jobmaster.api.sorted_sets import DeadSet, RetrySet, ScheduledSet
 from jobmaster.client import Client
 from jobmaster.config import load_config
@@ -121,6 +123,7 @@ STATUS = {
     "retry": b"retrying",
     "dead": b"dead",
     "finished": b"complete",
+    "cancelled": b"cancelled",
 }
 
 
@@ -186,6 +189,7 @@ class Model:
     dead: set[str] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
+    cancelled: set[str] = field(default_factory=set)  # removed while waiting
     pushed: list[str] = field(default_factory=list)
     home: dict[str, str] = field(default_factory=dict)  # jid -> its queue
     retry_limit: dict[str, int] = field(default_factory=dict)
@@ -537,6 +541,35 @@ class OnePlace(RuleBasedStateMachine):
                 model.deleted.add(jid)
         REACHED[f"operator {action} from {kind}" + ("" if there else ": not there")] += 1
 
+    @rule(jid=jids)
+    def cancel(self, jid: str) -> None:
+        """``jobmaster.cancel``: a waiting job (queue, scheduled, retry) leaves its
+        place in the same step that marks it cancelled; a job in progress stays
+        (only a request is written: its worker stops it); an ended one is not
+        cancelled."""
+        model = self.model
+        where = model.where(jid)
+        result = Canceller(self.client).cancel(jid)
+        if jid in model.deleted:  # its status is where it was deleted from: a request
+            REACHED["cancel of a deleted job"] += 1
+            return
+        if where is None or where == "dead":
+            assert not result.cancelled, f"{jid} had ended ({where or 'finished'})"
+            REACHED["cancel of an ended job"] += 1
+            return
+        assert result.cancelled
+        if where.startswith("in progress"):
+            assert result.removed_from is None
+            REACHED["cancel of a job in progress: a request"] += 1
+            return
+        assert result.removed_from == where, f"{jid} removed from {result.removed_from}"
+        if where.startswith("queue "):
+            model.queues[model.home[jid]].remove(jid)
+        else:
+            del (model.scheduled if where == "scheduled" else model.retry)[jid]
+        model.cancelled.add(jid)
+        REACHED[f"cancel from {where.split()[0]}"] += 1
+
     # -- the contract ---------------------------------------------------------
     def _observe(self) -> tuple[dict[str, list[str]], dict[str, list[bytes]]]:
         """Every place a jid can be in Redis: jid -> the places it was found,
@@ -585,7 +618,7 @@ class OnePlace(RuleBasedStateMachine):
         for jid in model.pushed:
             places, where = self._named(found.get(jid, [])), model.where(jid)
             if where is None:
-                gone = "finished" if jid in model.finished else "deleted"
+                gone = "finished" if jid in model.finished else "deleted or cancelled"
                 assert not places, f"{jid} is {gone}, yet still in {places}"
             else:
                 expected = self._named([where])
@@ -615,7 +648,7 @@ class OnePlace(RuleBasedStateMachine):
         alive = [jid for jid in model.pushed if jid not in model.deleted]
         statuses = self.redis.mget([K.status(jid) for jid in alive]) if alive else []
         for jid, status in zip(alive, statuses, strict=True):
-            place = model.where(jid) or "finished"
+            place = model.where(jid) or ("cancelled" if jid in model.cancelled else "finished")
             kind = next(k for k in STATUS if place.startswith(k))
             shown = self._named([place])[0]
             assert status == STATUS[kind], f"{jid} is in {shown} with status {status!r}"

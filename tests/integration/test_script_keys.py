@@ -154,7 +154,7 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
     with b.jobs():  # BATCH_ADD
         jobs.member.enqueue(1)
         jobs.member.enqueue(2, fail=True)  # dead (retry 0): fires on_death
-        jobs.member.enqueue_in(3600, 3)  # scheduled
+        later = jobs.member.enqueue_in(3600, 3)  # scheduled
     jobmaster.chain(jobs.step.s("a"), jobs.step.s("b"), on_failure=jobs.callback.s("chain"))
     fetcher = Fetcher(ctx, WorkSignal())
     while (unit := fetcher.fetch()) is not None:  # FETCH
@@ -183,6 +183,11 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
 
     entry = PeriodicEntry("tick", "tests.record", every=1, unique=True)
     PeriodicTicker(store, K, [entry], status_ttl=60).tick(time.time())  # PERIODIC
+
+    # jobmaster.cancel: the request (CANCEL_REQUEST), a queued job looked for in
+    # Redis (FIND_QUEUED) and removed (CANCEL), a batch job's removal (CANCEL_STEP).
+    assert jobmaster.cancel(str(jobs.record.enqueue("cancelled")))
+    assert jobmaster.cancel(str(later))
 
     store.rpush(K.control("host:1:master"), "quiet")  # CONTROL_POP, as the heartbeats read
     pipe = store.pipeline()

@@ -18,7 +18,18 @@ def test_version_is_the_groups_option_not_run() -> None:
 def test_help_lists_the_commands() -> None:
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0, result.output
-    for command in ("run", "check", "enqueue", "stats", "ps", "ctl", "dead", "queue", "batches"):
+    for command in (
+        "run",
+        "check",
+        "enqueue",
+        "stats",
+        "ps",
+        "ctl",
+        "dead",
+        "queue",
+        "batches",
+        "cancel",
+    ):
         assert command in result.output
 
 

@@ -292,6 +292,35 @@ def test_queue_ends() -> None:
     assert call.keys() == ["a", "b"]
 
 
+def test_cancel_request() -> None:
+    check(
+        named(S.CancelRequest),
+        {"status_key": 1, "cancels_key": 2, "cancelled_key": 3},
+        {"jid": 1, "keep_for": 2, "most": 3},
+    )
+
+
+def test_find_queued() -> None:
+    check(named(S.FindQueued), {"queue_key": 1}, {"jid": 1, "start": 2, "size": 3})
+
+
+def test_cancel() -> None:
+    check(
+        named(S.Cancel),
+        {"source_key": 1, "status_key": 2, "lock_key": 3},
+        {"source_kind": 1, "entry": 2, "status": 3, "unlock_jid": 4, "status_ttl": 5},
+    )
+
+
+def test_cancel_step() -> None:
+    step = workflow_step()
+    call = S.CancelStep(named(S.Cancel), step, "<jid>")
+    assert call.keys()[:3] == call.cancel.keys() and call.argv()[:5] == call.cancel.argv()
+    assert call.keys()[3:16] == step.keys()  # KEYS[4..16]
+    assert call.argv()[5:15] == step.argv()  # ARGV[6..15]
+    assert call.argv()[15] == "<jid>" and len(call.argv()) == 16  # ARGV[16]
+
+
 def test_every_builder_has_a_test_here() -> None:
     builders = {cls.__name__ for cls in S.ScriptCall.__subclasses__()}
     tested = {
@@ -313,6 +342,10 @@ def test_every_builder_has_a_test_here() -> None:
         "PeekList",
         "ControlPop",
         "QueueEnds",
+        "CancelRequest",
+        "FindQueued",
+        "Cancel",
+        "CancelStep",
     }
     assert builders == tested
 

@@ -1,5 +1,5 @@
 """``/jobs/JID``: a job's status, its result once complete, where it is now (a set,
-or running), its attempts.
+or running), its attempts; cancel it (from here or the Busy page).
 
 ``/jobs?jid=...`` is the search box's target: it redirects to the job's page.
 """
@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from jobmaster import results
-from jobmaster.api import JobRecord
+from jobmaster.api import Canceller, JobRecord
+from jobmaster.api.cancels import CANCELLABLE
 from jobmaster.web.dashboard import SETS, dashboard
-from jobmaster.web.routing import page, render, to
+from jobmaster.web.routing import action, page, render, to
 from jobmaster.web.views.sets import TITLES
 
 
@@ -44,9 +46,20 @@ def job(request: Request) -> Response:
         jid=jid,
         status=status,
         result=results.preview(client.redis, client.keys, jid) if status == "complete" else None,
+        cancellable=status in CANCELLABLE,
         attempts=client.attempts(jid),
         places=places,
     )
 
 
-ROUTES = [page("/jobs", lookup), page("/jobs/{jid}", job)]
+def job_cancel(request: Request, form: FormData) -> tuple[str, str]:
+    """The Cancel button of the job page and of the Busy page's running jobs;
+    back to the page it was pressed on (only those two: no open redirect)."""
+    jid = request.path_params["jid"]
+    page_of_job = f"/jobs/{quote(jid, safe='')}"
+    back = "/busy" if form.get("back") == "/busy" else page_of_job
+    result = Canceller(dashboard(request).client).cancel(jid)
+    return result.describe(), back
+
+
+ROUTES = [page("/jobs", lookup), page("/jobs/{jid}", job), action("/jobs/{jid}/cancel", job_cancel)]

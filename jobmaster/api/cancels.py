@@ -1,0 +1,180 @@
+"""Cancelling a job: ``jobmaster.cancel(jid)``, ``jobmaster cancel JID``, the
+dashboard's Cancel buttons.
+
+Two steps, in this order:
+
+1. The request (CANCEL_REQUEST): if the job's status says it has not ended,
+   its jid joins the cancels set, checked and written in one step. Every
+   worker process reads what is new in that set once a second (one call per
+   process, however many jobs it runs: worker/cancels.py), so a job running
+   on any host, or fetched but not started yet, is stopped there.
+2. The removal: a job still waiting is taken out of where its status says it
+   is (the scheduled or retry set, found by ZSCAN like the sets' own
+   commands; a queue, searched a page at a time inside Redis by FIND_QUEUED,
+   so a long queue never crosses the wire) and removed with CANCEL, which
+   acts only if the exact entry is still there. A job fetched or moved by a
+   poller between the two is caught by the request instead.
+
+The request comes first so that no move between the two steps lets a job
+slip through: wherever the job is when the removal misses it, the request
+is already waiting for it. ``cancel`` returns True if the job will not run
+(on), False if it had already ended or is unknown (no status: never seen,
+expired, or status tracking off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from jobmaster import payload as wire
+from jobmaster.api.base import Backend, Connection, text
+from jobmaster.api.queues import Queue
+from jobmaster.api.sorted_sets import JobSet, RetrySet, ScheduledSet
+from jobmaster.scripts import Cancel, CancelRequest, CancelStep, FindQueued
+from jobmaster.unique import MODES
+from jobmaster.workflows.steps import step_of, workflow_step
+
+CANCELLED = "cancelled"  # the status of a cancelled job
+REQUEST_TTL = 7 * 24 * 3600  # seconds a request waits for its job (a requeued one may come late)
+MAX_REQUESTS = 10_000  # requests kept: a flood costs a bounded set
+FIND_PAGE = 1000  # queue entries FIND_QUEUED looks at per call (a short step for Redis)
+
+# Where a job may wait, by its status, in the order to look: a poller may
+# have moved a due job from its set to its queue since the status was read.
+PLACES = {
+    "queued": ("queue",),
+    "scheduled": ("scheduled", "queue"),
+    "retrying": ("retry", "queue"),
+    "working": (),
+}
+CANCELLABLE = frozenset(PLACES)  # the statuses of a job that has not ended
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """What ``cancel`` found and did."""
+
+    jid: str
+    cancelled: bool  # the job will not run (on)
+    status: str | None  # its status when asked (None: unknown)
+    removed_from: str | None = None  # "queue NAME", "scheduled", "retry"; None: not waiting
+
+    def __bool__(self) -> bool:
+        return self.cancelled
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "jid": self.jid,
+            "cancelled": self.cancelled,
+            "status": self.status,
+            "removed_from": self.removed_from,
+        }
+
+    def describe(self) -> str:
+        """One line for the CLI and the dashboard."""
+        if self.removed_from:
+            return f"{self.jid}: cancelled (removed from {self.removed_from})"
+        if self.cancelled:
+            return f"{self.jid}: cancel sent; it stops where it runs within a second"
+        if self.status:
+            return f"{self.jid}: not cancelled, it has already ended ({self.status})"
+        return f"{self.jid}: not cancelled, no such job (unknown, or its status expired)"
+
+
+class Canceller:
+    def __init__(self, connection: Connection = None, *, namespace: str | None = None) -> None:
+        self.backend = Backend.resolve(connection, namespace)
+
+    def cancel(self, jid: str) -> Cancellation:
+        keys = self.backend.keys
+        request = CancelRequest(
+            status_key=keys.status(jid),
+            cancels_key=keys.cancels,
+            cancelled_key=keys.stat(CANCELLED),
+            jid=jid,
+            keep_for=REQUEST_TTL,
+            most=MAX_REQUESTS,
+        )
+        status, _ = request.run(self.backend.scripts.cancel_request)
+        found = text(status) or None
+        if found not in CANCELLABLE:
+            return Cancellation(jid, False, found)
+        for place in PLACES[found]:
+            removed = self._from_queues(jid) if place == "queue" else self._from_set(jid, place)
+            if removed:
+                return Cancellation(jid, True, found, removed)
+        return Cancellation(jid, True, found)
+
+    def _from_set(self, jid: str, place: str) -> str | None:
+        job_set: JobSet = (ScheduledSet if place == "scheduled" else RetrySet)(self.backend)
+        try:
+            entry = job_set.find(jid)
+        except redis.ResponseError:  # the set's key forged as another type: no job there
+            return None
+        if entry is None:
+            return None
+        return place if self._remove(job_set.key, "zset", entry.raw, entry.payload, jid) else None
+
+    def _from_queues(self, jid: str) -> str | None:
+        for queue in Queue.all(self.backend):
+            start = 0
+            while start >= 0:
+                find = FindQueued(queue_key=queue.key, jid=jid, start=start, size=FIND_PAGE)
+                reply = find.run(self.backend.scripts.find_queued)
+                if len(reply) == 1:
+                    start = int(reply[0])
+                    continue
+                raw = reply[1] if isinstance(reply[1], bytes) else str(reply[1]).encode()
+                payload = _decoded(raw)
+                if self._remove(queue.key, "list", raw, payload, jid):
+                    return f"queue {queue.name}"
+                return None  # fetched as we looked: the request stops it
+        return None
+
+    def _remove(
+        self, source: str, kind: str, raw: bytes, payload: dict[str, Any] | None, jid: str
+    ) -> bool:
+        """One CANCEL (CANCEL_STEP for a batch or chain job: the batch counts a
+        failure, the chain stops), only if ``raw`` is still in ``source``."""
+        backend, keys = self.backend, self.backend.keys
+        lock = _unique_lock(payload)
+        call = Cancel(
+            source_key=source,
+            status_key=keys.status(jid),
+            lock_key=keys.unique(lock or "-"),
+            source_kind=kind,
+            entry=raw,
+            status=CANCELLED if backend.status_ttl else "",
+            unlock_jid=jid if lock else "",
+            status_ttl=backend.status_ttl or 1,
+        )
+        step = step_of(payload) if payload is not None else None
+        if step is None:
+            return bool(call.run(backend.scripts.cancel))
+        flow = workflow_step(keys, CANCELLED, step, bool(backend.status_ttl))
+        return bool(CancelStep(call, flow, jid).run(backend.scripts.cancel_step))
+
+
+def _decoded(raw: bytes) -> dict[str, Any] | None:
+    try:
+        return wire.decode(raw)
+    except wire.BadPayload:
+        return None
+
+
+def _unique_lock(payload: dict[str, Any] | None) -> str | None:
+    """The unique lock a cancelled job frees (it will not run), if it holds one."""
+    if payload is None or payload.get("unique") not in MODES:
+        return None
+    lock = payload.get("unique_digest")
+    return lock if isinstance(lock, str) and wire.key_safe(lock) else None
+
+
+def cancel(jid: str, connection: Connection = None) -> bool:
+    """Stop job ``jid``: True if it will not run (on), False if it already ended
+    or is unknown. A waiting job is removed at once; a running one gets
+    ``jobmaster.JobCancelled`` raised in its thread within a second."""
+    return Canceller(connection).cancel(jid).cancelled
