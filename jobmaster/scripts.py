@@ -1323,7 +1323,9 @@ class FindQueued(ScriptCall):
 # KEYS[3] its unique lock (any key when ARGV[4] is '')
 # ARGV[1] 'list' | 'zset', ARGV[2] the entry as stored, ARGV[3] new status
 # ('' = status off), ARGV[4] the jid whose lock to release ('' = none;
-# released only if that jid holds it), ARGV[5] status TTL (s)
+# released only if that jid holds it), ARGV[5] status TTL (s), ARGV[6] the
+# channel the job's end is published on ('' = none; the message is its
+# status): a ``jobmaster.result`` waiting on it wakes with JobFailed (results.py)
 # Returns 1 if removed, 0 if the entry was no longer there.
 CANCEL_BODY = """
 local removed
@@ -1335,6 +1337,7 @@ end
 if removed == 0 then return 0 end
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
 if ARGV[4] ~= '' and redis.pcall('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[3]) end
 """
 CANCEL = CANCEL_BODY + "return 1\n"
 
@@ -1349,20 +1352,28 @@ class Cancel(ScriptCall):
     status: str  # '' = status off
     unlock_jid: str  # '' = none
     status_ttl: int
+    ended_channel: str = ""  # '' = none
 
     def keys(self) -> list[str]:
         return [self.source_key, self.status_key, self.lock_key]
 
     def argv(self) -> list[Arg]:
-        return [self.source_kind, self.entry, self.status, self.unlock_jid, self.status_ttl]
+        return [
+            self.source_kind,
+            self.entry,
+            self.status,
+            self.unlock_jid,
+            self.status_ttl,
+            self.ended_channel,
+        ]
 
 
 # CANCEL_STEP: CANCEL of a batch or chain job, with the workflow's step: the
 # batch counts it as failed (it will not run, so on_success never fires and
 # on_complete fires once the others have run), the chain stops.
-# KEYS[1..3] and ARGV[1..5] as CANCEL, then KEYS[4..16] and ARGV[6..15] the
+# KEYS[1..3] and ARGV[1..6] as CANCEL, then KEYS[4..16] and ARGV[7..16] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
-# TTL, and ARGV[16] the job's jid. Built by CancelStep: a Cancel, then a
+# TTL, and ARGV[17] the job's jid. Built by CancelStep: a Cancel, then a
 # WorkflowStep, then the jid (as BuryStep).
 # Returns 1 if removed, 0 if the entry was no longer there.
 CANCEL_STEP = (
@@ -1371,8 +1382,8 @@ CANCEL_STEP = (
     + WORKFLOW_FUNCTION
     + SETTLE_WORKFLOW
     + """
-local step_args = {unpack(ARGV, 6, 15)}
-step_args[11], step_args[12] = ARGV[16], ARGV[5]
+local step_args = {unpack(ARGV, 7, 16)}
+step_args[11], step_args[12] = ARGV[17], ARGV[5]
 settle_workflow({unpack(KEYS, 4, 16)}, step_args)
 return 1
 """

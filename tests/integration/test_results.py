@@ -401,3 +401,27 @@ def test_a_job_buried_by_the_master_wakes_its_waiter_as_dead(
     assert isinstance(failed, jobmaster.JobFailed) and failed.status == "dead"
     assert failed.error_class == "PoisonPill"
     assert failed.error_message == "the worker process died while running this job once: SIGKILL"
+
+
+def test_a_cancelled_waiting_job_wakes_its_waiter_with_job_failed(
+    client: Client, store: redis.Redis
+) -> None:
+    jid = client.push({"job": "tests.results.add", "args": [1, 2]})  # no worker: it waits
+    assert jid is not None
+    got: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            client.result(jid, wait=20)
+        except jobmaster.JobFailed as failed:
+            got.append(failed)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    wait_until(lambda: store.pubsub_numsub(K.ended_channel(jid))[0][1] == 1, timeout=5)
+    started = time.monotonic()
+    assert jobmaster.cancel(jid, client)
+    waiter.join(timeout=10)
+    assert time.monotonic() - started < 2  # woken by CANCEL's message, not a recheck
+    [failed] = got
+    assert isinstance(failed, jobmaster.JobFailed) and failed.status == "cancelled"

@@ -141,3 +141,17 @@ def test_result_ttl_is_honoured(
     assert client.result(longer, wait=30) == {"sum": 2}
     assert 590 < store.ttl(K.result(longer)) <= 600
     assert 590 < store.ttl(K.attempts(longer)) <= 600
+
+
+def test_a_running_job_cancelled_raises_job_failed_cancelled(
+    master: JobmasterProcess, client: Client
+) -> None:
+    jid = client.push({"job": "tests.results.slow", "args": [30]})
+    assert jid is not None
+    wait_until(lambda: client.status(jid) == "working", timeout=20)
+    assert jobmaster.cancel(jid, client)
+    started = time.monotonic()
+    with pytest.raises(jobmaster.JobFailed) as raised:
+        client.result(jid, wait=30)
+    assert raised.value.status == "cancelled"
+    assert time.monotonic() - started < 5  # within the cancel watch's second, plus a hop

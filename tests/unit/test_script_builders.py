@@ -308,17 +308,24 @@ def test_cancel() -> None:
     check(
         named(S.Cancel),
         {"source_key": 1, "status_key": 2, "lock_key": 3},
-        {"source_kind": 1, "entry": 2, "status": 3, "unlock_jid": 4, "status_ttl": 5},
+        {
+            "source_kind": 1,
+            "entry": 2,
+            "status": 3,
+            "unlock_jid": 4,
+            "status_ttl": 5,
+            "ended_channel": 6,
+        },
     )
 
 
 def test_cancel_step() -> None:
     step = workflow_step()
     call = S.CancelStep(named(S.Cancel), step, "<jid>")
-    assert call.keys()[:3] == call.cancel.keys() and call.argv()[:5] == call.cancel.argv()
+    assert call.keys()[:3] == call.cancel.keys() and call.argv()[:6] == call.cancel.argv()
     assert call.keys()[3:16] == step.keys()  # KEYS[4..16]
-    assert call.argv()[5:15] == step.argv()  # ARGV[6..15]
-    assert call.argv()[15] == "<jid>" and len(call.argv()) == 16  # ARGV[16]
+    assert call.argv()[6:16] == step.argv()  # ARGV[7..16]
+    assert call.argv()[16] == "<jid>" and len(call.argv()) == 17  # ARGV[17]
 
 
 def test_every_builder_has_a_test_here() -> None:
