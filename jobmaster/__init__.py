@@ -15,6 +15,7 @@ from __future__ import annotations
 from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
 from jobmaster.api.cancels import cancel
 from jobmaster.client import Client, attempts, configure, result, status
+from jobmaster.current import JobInfo, current_job
 from jobmaster.errors import (
     ConfigError,
     EnqueueError,
@@ -28,6 +29,7 @@ from jobmaster.errors import (
     UnknownJob,
 )
 from jobmaster.job import JobFunction, job
+from jobmaster.lifecycle import on_child_start, on_child_stop, on_master_start
 from jobmaster.workflows.batch import Batch, batch, batch_status, current_batch
 from jobmaster.workflows.chain import chain, chain_status
 from jobmaster.workflows.signature import Signature
@@ -41,6 +43,7 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobFunction",
+    "JobInfo",
     "JobTimeout",
     "JobmasterError",
     "Permanent",
@@ -61,7 +64,11 @@ __all__ = [
     "chain_status",
     "configure",
     "current_batch",
+    "current_job",
     "job",
+    "on_child_start",
+    "on_child_stop",
+    "on_master_start",
     "redis_info",
     "result",
     "status",

@@ -14,3 +14,7 @@ APP_LOAD_FAILED = 3  # the app modules failed to import (in a child when preload
 # its control list) asked: not 0, so ``Restart=on-failure`` brings it back
 # unless the unit lists it in ``RestartPreventExitStatus`` (README "Deployment").
 REMOTE_STOP = 4
+# A child's ``on_child_start`` hook raised (lifecycle.py): a crash at start,
+# so the master's crash-loop backoff applies. Only ever a child's code: the
+# master goes on forking (slower and slower) until the hook works again.
+CHILD_START_FAILED = 5

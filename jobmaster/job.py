@@ -21,6 +21,8 @@ from jobmaster import crypto, registry
 from jobmaster import payload as wire
 from jobmaster.backoff import DEFAULT_RETRY, Backoff
 from jobmaster.client import Client, default_client
+from jobmaster.current import running_job
+from jobmaster.expiry import check_expires_in
 from jobmaster.middleware.base import Middleware
 from jobmaster.unique import UniqueArgs, check_mode, digest, lock_ttl
 from jobmaster.workflows.batch import collecting
@@ -61,6 +63,7 @@ class JobOptions:
     encrypt: bool = False  # arguments sealed with secret_key (crypto.py)
     # Seconds its status and result are kept once it ended (status_ttl when None).
     result_ttl: float | None = None
+    expires_in: float | None = None  # seconds from creation; not run if fetched later (expiry.py)
     # Called once the outcome is recorded: on_success(payload) after a success,
     # on_failure(payload, error) when the job failed for good (dead, or
     # dropped with retry=False). A hook that raises is logged, nothing more.
@@ -87,6 +90,7 @@ class JobOptions:
             raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
         check_result_ttl(self.result_ttl)
         check_mode(self.unique)
+        check_expires_in(self.expires_in)
         object.__setattr__(self, "middleware", tuple(self.middleware))
         for item in self.middleware:
             if not isinstance(item, Middleware):
@@ -106,6 +110,8 @@ class JobOptions:
             extra["timeout"] = self.timeout
         if self.result_ttl is not None:
             extra["result_ttl"] = self.result_ttl
+        if self.expires_in is not None:
+            extra["expires_in"] = self.expires_in
         return extra
 
 
@@ -166,7 +172,8 @@ class BoundJob(Generic[P, R]):
         if INLINE.depth > 0:
             # Round-trip through JSON so the job sees what a worker would pass it.
             decoded = json.loads(wire.encode(built))
-            self.job.func(*decoded["args"], **decoded["kwargs"])
+            with running_job(decoded):  # jobmaster.current_job() as in a worker
+                self.job.func(*decoded["args"], **decoded["kwargs"])
             return str(built["jid"])
         if options.encrypt:  # after the inline run: that one gets the plain arguments
             crypto.seal_payload(built)
@@ -263,6 +270,7 @@ def job(
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
     result_ttl: float | None = None,
+    expires_in: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
@@ -282,6 +290,7 @@ def job(
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
     result_ttl: float | None = None,
+    expires_in: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
@@ -300,6 +309,7 @@ def job(
         middleware=tuple(middleware),
         encrypt=encrypt,
         result_ttl=result_ttl,
+        expires_in=expires_in,
         on_success=on_success,
         on_failure=on_failure,
     )

@@ -265,7 +265,7 @@ FINISH = FINISH_BODY + "return removed\n"
 @dataclass(frozen=True)
 class Finish(ScriptCall):
     inprogress_key: str
-    processed_key: str
+    processed_key: str  # the counter of runs (of expired jobs, for one that expired)
     processed_day_key: str
     failed_key: str
     failed_day_key: str

@@ -23,6 +23,7 @@ from jobmaster import payload as wire
 from jobmaster.client import Client, default_client
 from jobmaster.config import Config
 from jobmaster.connection import byte_list
+from jobmaster.current import running_job
 from jobmaster.identity import Identity
 from jobmaster.job import INLINE
 from jobmaster.worker.context import WorkerContext
@@ -51,9 +52,10 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
     while True:
         if include_scheduled:
             _release_scheduled(client)
-        popped = None
+        popped, queue = None, ""
         for name in sorted(byte_list(client.redis.smembers(keys.queues))):
-            popped = client.redis.rpop(keys.queue(name.decode()))
+            queue = name.decode()
+            popped = client.redis.rpop(keys.queue(queue))
             if popped is not None:
                 break
         if popped is None:
@@ -64,7 +66,8 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
             raise LookupError(f"no job registered as {payload['job']!r}")
         # An encrypt=True job's, opened; refused in clear, as a worker refuses it.
         args, kwargs = crypto.arguments(payload, sealed=job.job_options.encrypt)
-        job.func(*args, **kwargs)
+        with running_job(payload, queue):  # jobmaster.current_job() as in a worker
+            job.func(*args, **kwargs)
         ran += 1
 
 
@@ -85,7 +88,7 @@ def work(
 ) -> Counter[str]:
     """Run every waiting job, one at a time in this thread, as a worker would,
     until none is left; returns how many ended each way (``done``, ``retry``,
-    ``dead``, ``dropped``, ``deferred``, ``skipped``).
+    ``dead``, ``dropped``, ``deferred``, ``skipped``, ``expired``).
 
     Jobs are fetched and acknowledged by the worker's scripts from every
     known queue not paused, so their outcomes are kept as in production: a

@@ -1,7 +1,8 @@
 """The numbers of a dashboard's front page, read in two pipelined round trips.
 
 The counters are the ones the FINISH script bumps with each outcome:
-``stat:processed`` (every job run, failed or not) and ``stat:failed``, in
+``stat:processed`` (every job run, failed or not), ``stat:failed`` and
+``stat:expired`` (jobs fetched past their ``expires_in``, not run), in
 total and per UTC day (``stat:processed:2026-11-29``). The first round trip
 reads them, the sets' sizes and the names of queues and processes; the
 second, each queue's size and oldest job and each process's busy count.
@@ -47,6 +48,8 @@ class Stats:
     processed_today: int
     failed_today: int
     cancelled: int  # jobs jobmaster.cancel stopped or removed (total, counted once each)
+    expired: int  # jobs not run: fetched after their expires_in (expiry.py)
+    expired_today: int
     scheduled_size: int
     retry_size: int
     dead_size: int
@@ -76,6 +79,8 @@ class Stats:
             keys.stat_day("processed", today),
             keys.stat_day("failed", today),
             keys.stat("cancelled"),
+            keys.stat("expired"),
+            keys.stat_day("expired", today),
         )
         for zset in (keys.scheduled, keys.retry, keys.dead):
             pipe.zcard(zset)
@@ -84,7 +89,7 @@ class Stats:
         # A key of the wrong type (forged, or written by something else)
         # answers WRONGTYPE: read as empty, so one such key cannot take down
         # ``stats``, ``queue list`` and every page (SPEC §8).
-        first = answers(pipe, [None] * 5, 0, 0, 0, set(), set(), set(), set())
+        first = answers(pipe, [None] * 7, 0, 0, 0, set(), set(), set(), set())
         counters, scheduled, retry, dead, known, paused, workers, masters = first
         queues, paused_names = texts(set(known) | set(paused)), set(texts(paused))
         worker_ids, master_ids = texts(workers), texts(masters)
@@ -109,6 +114,8 @@ class Stats:
             self.processed_today,
             self.failed_today,
             self.cancelled,
+            self.expired,
+            self.expired_today,
         ) = (int(number(value)) for value in counters)
         self.scheduled_size, self.retry_size, self.dead_size = int(scheduled), int(retry), int(dead)
         self.queues = []
@@ -139,7 +146,7 @@ class Stats:
         """Everything as plain JSON-ready values (``jobmaster stats --json``)."""
         names = [
             *("processed", "failed", "processed_today", "failed_today", "cancelled"),
-            "scheduled_size",
+            *("expired", "expired_today", "scheduled_size"),
             *("retry_size", "dead_size", "enqueued", "busy", "processes", "masters", "taken_at"),
         ]
         return {

@@ -28,7 +28,7 @@ def queue_table(queues: list[QueueStats]) -> str:
 def stats_command(
     as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
 ) -> None:
-    """Queues, busy threads, the three sets, processed and failed counts.
+    """Queues, busy threads, the three sets, processed, failed and expired counts.
 
     Per queue: its size, its latency (the age of its oldest job) and whether
     it is paused. Counters "today" are per UTC day, as the workers count them.
@@ -53,6 +53,7 @@ def stats_command(
         ("processed", f"{stats.processed_today} today (UTC), {stats.processed} total"),
         ("failed", f"{stats.failed_today} today (UTC), {stats.failed} total"),
         ("cancelled", f"{stats.cancelled} total"),
+        ("expired", f"{stats.expired_today} today (UTC), {stats.expired} total"),
     ]
     for name, value in lines:
         echo(f"{name + ':':<11}{value}")

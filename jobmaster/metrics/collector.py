@@ -93,11 +93,17 @@ def _job_families(jobs: dict[Key, Series]) -> list[Metric]:
     duration = HistogramMetricFamily(
         "jobmaster_job_duration_seconds", "How long each job ran, in seconds.", labels=labels
     )
+    expired = CounterMetricFamily(
+        "jobmaster_jobs_expired",
+        "Jobs not run because they were fetched after their expires_in.",
+        labels=labels,
+    )
     for key, series in sorted(jobs.items()):
         processed.add_metric(list(key), series.processed)
         failed.add_metric(list(key), series.failed)
         duration.add_metric(list(key), series.cumulative(), series.duration_sum)
-    return [processed, failed, duration]
+        expired.add_metric(list(key), series.expired)
+    return [processed, failed, duration, expired]
 
 
 def _child_families(scrape: Scrape) -> list[Metric]:

@@ -45,13 +45,22 @@ class JobMetrics:
     def observe_outcome(self, outcome: Outcome, queue: str) -> None:
         """Count a recorded outcome: a run, failed or not. A job held back by
         middleware (``deferred``), skipped (its batch cancelled) or cancelled
-        before it started did not run and is not counted."""
+        before it started did not run and is not counted; an expired one did not
+        run either, and has a count of its own."""
+        job = outcome.job if registry.lookup(outcome.job) is not None else UNREGISTERED
+        if outcome.kind == "expired":
+            self.observe_expired(job, queue)
+            return
         if not outcome.attempted:
             return
-        job = outcome.job if registry.lookup(outcome.job) is not None else UNREGISTERED
         ran = outcome.started_at > 0 and outcome.ended_at >= outcome.started_at
         seconds = outcome.ended_at - outcome.started_at if ran else None
         self.observe(job, queue, outcome.failed, seconds)
+
+    def observe_expired(self, job: str, queue: str) -> None:
+        with self._lock:
+            self._series.setdefault((job, queue), Series()).expired += 1
+            self.version += 1
 
     def snapshot(self) -> dict[Key, Series]:
         with self._lock:

@@ -7,8 +7,9 @@ compact JSON::
      "jobs": [["myapp.jobs.charge", "default", 918, 7, 41.2, [0, 3, ...]], ...]}
 
 each job entry being job, queue, processed, failed, the sum of the observed
-durations, and one count per bucket of ``BUCKETS`` plus a last one for
-longer runs. The counts are cumulative since the child started.
+durations, one count per bucket of ``BUCKETS`` plus a last one for longer
+runs, and (optional, last) the jobs not run because they expired. The
+counts are cumulative since the child started.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Series:
     failed: int = 0
     duration_sum: float = 0.0
     buckets: list[int] = field(default_factory=_zeros)  # per bucket, not cumulative
+    expired: int = 0  # fetched past their expires_in: not run, not in processed
 
     def observe(self, failed: bool, seconds: float | None) -> None:
         self.processed += 1
@@ -73,9 +75,12 @@ class Series:
         self.failed += other.failed
         self.duration_sum += other.duration_sum
         self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        self.expired += other.expired
 
     def copy(self) -> Series:
-        return Series(self.processed, self.failed, self.duration_sum, list(self.buckets))
+        return Series(
+            self.processed, self.failed, self.duration_sum, list(self.buckets), self.expired
+        )
 
     def cumulative(self) -> list[tuple[str, float]]:
         """Buckets as Prometheus wants them: ``(le, runs no longer than le)``, ``+Inf`` last."""
@@ -98,7 +103,7 @@ class Report:
 
 def encode(report: Report) -> bytes:
     jobs = [
-        [job, queue, s.processed, s.failed, s.duration_sum, s.buckets]
+        [job, queue, s.processed, s.failed, s.duration_sum, s.buckets, s.expired]
         for (job, queue), s in report.jobs.items()
     ]
     body = {"v": VERSION, "pid": report.pid, "busy": report.busy, "threads": report.threads}
@@ -113,14 +118,17 @@ def decode(data: bytes) -> Report | None:
             return None
         report = Report(_count(body["pid"]), _count(body["busy"]), _count(body["threads"]))
         for entry in body["jobs"]:
-            job, queue, processed, failed, total, buckets = entry
+            job, queue, processed, failed, total, buckets, *more = entry
+            if len(more) > 1:
+                return None
+            expired = _count(more[0]) if more else 0
             if not (isinstance(job, str) and isinstance(queue, str)):
                 return None
             counts = [_count(n) for n in buckets]
             if len(counts) != len(BUCKETS) + 1:
                 return None
             report.jobs[(job, queue)] = Series(
-                _count(processed), _count(failed), _seconds(total), counts
+                _count(processed), _count(failed), _seconds(total), counts, expired
             )
         return report
     except (ValueError, TypeError, KeyError):

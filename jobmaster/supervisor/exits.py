@@ -16,6 +16,7 @@ HINTS = {
 CODE_NAMES = {
     exitcodes.APP_LOAD_FAILED: "the app failed to import",
     exitcodes.USAGE: "bad config",
+    exitcodes.CHILD_START_FAILED: "an on_child_start hook failed",
 }
 
 

@@ -21,7 +21,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from jobmaster import exitcodes
+from jobmaster import exitcodes, lifecycle
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.metrics.hub import MetricsHub
@@ -73,7 +73,8 @@ class Master:
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> int:
-        warn_about_threads()  # the app's, before any of ours start
+        lifecycle.run_master_start()  # after the app import (cli.prepared), before any fork
+        warn_about_threads()  # the app's and its hooks', before any of ours start
         self.duties.wait_for_redis()  # before any fork, and before our handlers
         if self.metrics is not None:
             self.metrics.start()  # a port in use fails here, before any fork

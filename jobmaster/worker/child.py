@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 
-from jobmaster import exitcodes
+from jobmaster import exitcodes, lifecycle
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.identity import Identity
@@ -76,6 +76,10 @@ def serve(
     # Only a child can be recycled after N jobs: a lone worker has nobody to
     # start its replacement.
     max_jobs = jittered(config.max_jobs_per_child) if ready_fd is not None else 0
+    try:  # the app's own set-up (reopened pools...), before anything can be fetched
+        lifecycle.run_child_start()
+    except lifecycle.HookFailed:  # logged with its traceback; a crash at start
+        return exitcodes.CHILD_START_FAILED
     worker = WorkerProcess(config, identity, slots, max_jobs=max_jobs)
     if quiet:
         worker.manager.quiet()
@@ -115,6 +119,7 @@ def serve(
     # waiting for it could take the container over its limit.
     timeout = 0 if reason in ("SIGQUIT",) or steering.no_room else config.shutdown_timeout
     worker.stop(timeout, stop_now, blame)
+    lifecycle.run_child_stop()  # after the last job: every one recorded or pushed back
     if reporter is not None:
         reporter.flush()  # after the last job is recorded: a graceful stop loses no count
     return exitcodes.OK

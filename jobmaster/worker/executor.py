@@ -2,8 +2,8 @@
 
 A job's way through here is straight: ``FetchedJob.read`` decodes the entry
 once (fetched.py), ``run`` takes it through its steps in order, and the
-ending it comes to (outcome.py: ran, held back, skipped, refused) is made
-into one ``Outcome`` by ``conclude``, once, with its lock, workflow step and
+ending it comes to (outcome.py: ran, held back, skipped, refused, expired) is
+made into one ``Outcome`` by ``conclude``, once, with its lock, workflow step and
 hook. Nothing here records it: ``record`` (outcome.py) does that afterwards,
 and the job's "working" mark rides in a later round trip (acks.py).
 Redis is touched twice at most: a batch job's ``cancelled`` flag is read
@@ -15,9 +15,10 @@ Each job logs one ``job.start`` line and one end line named after its
 outcome: ``job.done`` (INFO), ``job.retry`` or ``job.failed`` (retry off;
 WARNING), ``job.dead`` (ERROR), with ``duration_ms`` and, for a failure, the
 error's class and message. A job held back by middleware logs
-``job.deferred`` instead, a job of a cancelled batch ``job.skipped``, and a
+``job.deferred`` instead, a job of a cancelled batch ``job.skipped``, a
 job stopped by ``jobmaster.cancel`` (running, or before it started)
-``job.cancelled`` (WARNING).
+``job.cancelled`` (WARNING), and a job fetched after its ``expires_in``
+``job.expired`` (it does not run).
 The lines carry the jid, job name and queue, never the arguments: those may
 be secrets (``encrypt=True``) or personal data.
 """
@@ -33,6 +34,7 @@ from typing import Any
 import redis
 
 from jobmaster import payload as wire
+from jobmaster.current import running_job
 from jobmaster.errors import JobCancelled, JobTimeout
 from jobmaster.job import JobFunction
 from jobmaster.keys import Keys
@@ -46,6 +48,7 @@ from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import (
     Ending,
+    Expired,
     HeldBack,
     Kind,
     NotStarted,
@@ -67,10 +70,11 @@ log = logging.getLogger("jobmaster.worker.executor")
 class Executor:
     """Runs fetched jobs in the calling thread; what it needs, and only that.
 
-    One job's way, in order, each step once: read (fetched.py), skip if its
-    batch was cancelled, bury if it cannot run, middleware before, mark it
-    working, release an ``until_started`` lock, call it under its timeout,
-    build its one outcome (outcome.py), log its end line, middleware after.
+    One job's way, in order, each step once: read (fetched.py), end it unrun
+    if it expired, skip if its batch was cancelled, bury if it cannot run,
+    middleware before, mark it working, release an ``until_started`` lock,
+    call it under its timeout (``current_job()`` set), build its one outcome
+    (outcome.py), log its end line, middleware after.
     """
 
     client: redis.Redis
@@ -99,10 +103,9 @@ class Executor:
             outcome = bad_payload(unit.raw, str(error), unit.queue, started, time.time())
             _log_buried(outcome, unit.queue, str(error))
             return outcome
-        if steps.cancelled(self.client, self.keys, job.step):
-            return self._end(job, Skipped(), started)
-        if self.cancels is not None and self.cancels.requested(job.jid):
-            return self._end(job, NotStarted(), started)  # a local look: no round trip
+        not_run = self._not_to_run(job, started)
+        if not_run is not None:
+            return self._end(job, not_run, started)
         function = job.function
         if function is None or job.refused is not None:
             return self._end(job, Refused(job.refused or "not registered"), started)
@@ -125,6 +128,16 @@ class Executor:
             hooks.after_process(chain, around, ending.error)
         return outcome
 
+    def _not_to_run(self, job: FetchedJob, now: float) -> Expired | Skipped | NotStarted | None:
+        """Why a read job is not to run at all, if it is not: cheapest look first."""
+        if job.expires_at is not None and now > job.expires_at:  # its payload alone
+            return Expired(job.payload.get("expires_in"))
+        if steps.cancelled(self.client, self.keys, job.step):
+            return Skipped()
+        if self.cancels is not None and self.cancels.requested(job.jid):
+            return NotStarted()  # a local look: no round trip
+        return None
+
     def _call(self, job: FetchedJob, function: JobFunction[..., Any]) -> tuple[Ran, float]:
         """Call the job's function under its timeout: how it ended, and how long
         it took (seconds)."""
@@ -133,11 +146,13 @@ class Executor:
         args, kwargs = job.arguments
         watchdog, cancels = self.watchdog, self.cancels
         try:
-            # running_in: jobmaster.current_batch() for the job's code.
+            # running_in: jobmaster.current_batch() for the job's code;
+            # running_job: jobmaster.current_job().
             with (
                 cancels.running(job.jid) if cancels else nullcontext(),
                 watchdog.deadline(job, job.timeout) if watchdog else nullcontext(),
                 running_in(job.payload),
+                running_job(job.wire, job.queue),
             ):
                 value = function.func(*args, **kwargs)
         except BaseException as error:  # a job's SystemExit must not end the thread either
@@ -203,6 +218,8 @@ def _log_end(outcome: Outcome, ending: Ending, context: dict[str, Any], took: fl
         _log_buried(outcome, context["queue"], ending.reason)
     elif isinstance(ending, Skipped):
         _event(logging.INFO, "job.skipped", context, "skipped: its batch was cancelled")
+    elif isinstance(ending, Expired):
+        _event(logging.INFO, "job.expired", context, "expired: %s", outcome.reason)
     elif isinstance(ending, HeldBack):
         message = "held back for %.1fs: %s"
         _event(logging.INFO, "job.deferred", context, message, ending.seconds, ending.reason)

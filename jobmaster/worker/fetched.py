@@ -15,7 +15,8 @@ What is read once:
 - ``step``: its batch and chain (workflows/steps.py), None for a plain job;
 - ``timeout``: the payload's (``.options()``), else the job's own;
 - ``until_started`` / ``until_executed``: the unique lock it holds, by when
-  it is released (as it starts, or by FINISH with its outcome).
+  it is released (as it starts, or by FINISH with its outcome);
+- ``expires_at``: when it is too late to run (its ``expires_in``, expiry.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
-from jobmaster import crypto, registry
+from jobmaster import crypto, expiry, registry
 from jobmaster import payload as wire
 from jobmaster.job import JobFunction, JobOptions
 from jobmaster.unique import UNTIL_EXECUTED, UNTIL_STARTED
@@ -53,6 +54,9 @@ class Payload(WireFields, total=False):
     unique_digest: object
     batch: object
     chain: object
+    created_at: object
+    enqueued_at: object
+    expires_in: object
 
 
 Arguments = tuple[list[Any], dict[str, Any]]
@@ -70,6 +74,7 @@ class FetchedJob:
     timeout: float | None
     until_started: str | None  # the lock released as it starts
     until_executed: str | None  # the lock FINISH releases or extends
+    expires_at: float | None = None  # unix time; fetched later, it is not run
 
     @classmethod
     def read(cls, unit: Unit) -> FetchedJob:
@@ -97,6 +102,7 @@ class FetchedJob:
             timeout=timeout_of(payload, function),
             until_started=lock if mode == UNTIL_STARTED and isinstance(lock, str) else None,
             until_executed=lock if mode == UNTIL_EXECUTED and isinstance(lock, str) else None,
+            expires_at=expiry.expires_at(payload),
         )
 
     @property

@@ -55,6 +55,7 @@ class Kind(str, Enum):
     DEFERRED = "deferred"  # held back by middleware: not an attempt
     SKIPPED = "skipped"  # its batch was cancelled: not run
     CANCELLED = "cancelled"  # jobmaster.cancel: stopped while running, or never started
+    EXPIRED = "expired"  # fetched after its expires_in: not run (expiry.py)
 
     def __str__(self) -> str:  # "done" in log lines, not "Kind.DONE"
         return self.value
@@ -68,6 +69,7 @@ STATUS = {
     Kind.DEFERRED: "scheduled",
     Kind.SKIPPED: "skipped",
     Kind.CANCELLED: "cancelled",
+    Kind.EXPIRED: "expired",
 }
 
 
@@ -98,10 +100,11 @@ class Outcome:
     @property
     def attempted(self) -> bool:
         """Its code ran: an attempt, counted and kept in its history. A deferred
-        or skipped job made none, nor did one cancelled before it started."""
+        or skipped job made none, nor did an expired one, nor one cancelled before
+        it started."""
         if self.kind is Kind.CANCELLED:
             return self.failed  # stopped while running: a failed attempt
-        return self.kind not in (Kind.DEFERRED, Kind.SKIPPED)
+        return self.kind not in (Kind.DEFERRED, Kind.SKIPPED, Kind.EXPIRED)
 
 
 # -- how a read job's run ended (executor.py), made into its one outcome ------
@@ -141,7 +144,15 @@ class Refused:
     reason: str
 
 
-Ending = Ran | HeldBack | Skipped | NotStarted | Refused
+@dataclass(frozen=True)
+class Expired:
+    """Fetched after its ``expires_in`` (expiry.py): acknowledged, never run, in
+    no set; for its batch or chain a failure for good (it will never run)."""
+
+    expires_in: object  # as the payload says it, for the reason
+
+
+Ending = Ran | HeldBack | Skipped | NotStarted | Refused | Expired
 
 
 def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float) -> Outcome:
@@ -154,16 +165,8 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
     """
     if isinstance(ending, Refused):
         return bad_payload(job.raw, ending.reason, job.queue, started_at, ended_at)
-    if isinstance(ending, Skipped):
-        return Outcome(
-            Kind.SKIPPED,
-            job.jid,
-            job.name,
-            reason=SKIPPED_REASON,
-            started_at=started_at,
-            ended_at=ended_at,
-            workflow=job.step,
-        )
+    if isinstance(ending, Skipped | Expired):
+        return _not_run(job, ending, started_at, ended_at)
     if isinstance(ending, HeldBack):
         return Outcome(
             Kind.DEFERRED,
@@ -209,6 +212,29 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
         started_at=started_at,
         ended_at=ended_at,
         result_ttl=returns.result_ttl(job.payload),
+    )
+
+
+def _not_run(
+    job: FetchedJob, ending: Skipped | Expired, started_at: float, ended_at: float
+) -> Outcome:
+    """Never run: its batch was cancelled, or it expired. Either moves its batch
+    or chain; an expired job's ``until_executed`` lock is released (it will never
+    run), while a skipped one names none, as before."""
+    if isinstance(ending, Skipped):
+        kind, reason, lock = Kind.SKIPPED, SKIPPED_REASON, None
+    else:
+        reason = f"not started within {ending.expires_in}s of its creation"
+        kind, lock = Kind.EXPIRED, job.until_executed
+    return Outcome(
+        kind,
+        job.jid,
+        job.name,
+        reason=reason,
+        unique_digest=lock,
+        started_at=started_at,
+        ended_at=ended_at,
+        workflow=job.step,
     )
 
 
@@ -378,6 +404,9 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         outcome.kind, keys.dead
     )
     ran = outcome.attempted
+    # What FINISH counts as it acknowledges (its "processed" keys): a run, or
+    # for a job that expired, the expired counters (the job did not run).
+    counted = "expired" if outcome.kind is Kind.EXPIRED else "processed"
     lock_action, lock_ttl = "", 0
     if outcome.unique_digest is not None:
         # Kept through a retry's wait (extended past it), released at the end.
@@ -398,8 +427,8 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
     }
     finish = Finish(
         inprogress_key=ctx.inprogress_key,
-        processed_key=keys.stat("processed"),
-        processed_day_key=keys.stat_day("processed", day),
+        processed_key=keys.stat(counted),
+        processed_day_key=keys.stat_day(counted, day),
         failed_key=keys.stat("failed"),
         failed_day_key=keys.stat_day("failed", day),
         target_key=target,
@@ -407,7 +436,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         attempts_key=keys.attempts(outcome.jid),
         lock_key=keys.unique(outcome.unique_digest or "-"),
         payload=raw,
-        failed=("1" if outcome.failed else "0") if ran else "-",
+        failed=("1" if outcome.failed else "0") if ran or counted == "expired" else "-",
         day_ttl=DAY_COUNTER_TTL,
         target_kind={"retry": "retry", "dead": "dead", "deferred": "retry"}.get(outcome.kind, ""),
         stored=wire.encode(outcome.stored) if outcome.stored is not None else b"",

@@ -16,7 +16,7 @@ from typing import Any
 from jobmaster import payload as wire
 
 # Payload fields a signature may carry besides job, args and kwargs.
-OPTION_FIELDS = ("queue", "retry", "backoff", "timeout", "result_ttl")
+OPTION_FIELDS = ("queue", "retry", "backoff", "timeout", "result_ttl", "expires_in")
 
 
 @dataclass(frozen=True)

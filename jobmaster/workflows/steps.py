@@ -35,6 +35,7 @@ BATCH_EVENTS = {
     "dead": "dead",
     "skipped": "skipped",
     "cancelled": "failed",  # it will not run: a failure for good (jobmaster.cancel)
+    "expired": "failed",  # it will never run: a failure for good (expiry.py)
 }
 
 
@@ -86,7 +87,7 @@ class FollowUp:
 
 def follow_up(kind: str, chain: Mapping[str, Any] | None, now: float) -> FollowUp:
     """What a step's outcome does to its chain (pure: unit-tested without Redis)."""
-    if chain is None or kind not in ("done", "dead", "dropped", "cancelled"):
+    if chain is None or kind not in ("done", "dead", "dropped", "cancelled", "expired"):
         return FollowUp()
     cid = str(chain["id"])
     listed = chain.get("rest")

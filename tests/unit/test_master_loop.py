@@ -1133,3 +1133,23 @@ def test_a_crash_blames_only_the_jobs_its_child_had_started(harness: Harness) ->
     suspect, reason = beside(b"beside-1", {"jid": "b", "crash_count": 2, "queue": "default"})
     assert suspect == {"jid": "b", "crash_count": 2, "queue": "default", "crash_suspect": True}
     assert reason is None  # max_crashes is 3: a count would have buried it
+
+
+def test_a_child_whose_start_hook_failed_is_a_crash_at_start_backed_off_not_a_halt(
+    harness: Harness,
+) -> None:
+    """on_child_start raised (lifecycle.py): unlike an app that cannot import,
+    it may work next time (its database was restarting), so the slot is forked
+    again, ever slower, and the master carries on."""
+    harness.master.spawn_missing()  # never ready: it died before its first job
+    delays = []
+    for _ in range(3):
+        child = harness.child(1)
+        harness.die(child, exited_with(exitcodes.CHILD_START_FAILED))
+        delays.append(harness.master.respawns.at[1] - time.monotonic())
+        harness.master.respawns.at[1] = 0.0
+        harness.master.spawn_missing()
+    assert delays[0] == pytest.approx(0.1, abs=0.05)
+    assert delays[2] == pytest.approx(0.4, abs=0.05)
+    assert not harness.master.stopping
+    assert harness.master.exit_code == exitcodes.OK

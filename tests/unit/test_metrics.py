@@ -45,6 +45,11 @@ def series(processed: int, failed: int = 0, seconds: float | None = None) -> Ser
     return result
 
 
+def expired_too(counted: Series, expired: int) -> Series:
+    counted.expired = expired
+    return counted
+
+
 # -- one series: buckets ---------------------------------------------------------
 def test_a_duration_lands_in_the_first_bucket_that_holds_it() -> None:
     s = Series()
@@ -71,6 +76,18 @@ def test_a_report_survives_the_wire() -> None:
     report = Report(4107, busy=2, threads=5, jobs={("a.job", "default"): series(3, 1, 0.2)})
     back = decode(encode(report))
     assert back == report
+
+
+def test_expired_jobs_survive_the_wire_and_a_report_without_them_still_reads() -> None:
+    counted = series(3, 1, 0.2)
+    counted.expired = 4
+    report = Report(4107, busy=0, threads=5, jobs={("a.job", "default"): counted})
+    assert decode(encode(report)) == report
+    older = b'{"v":1,"pid":1,"busy":0,"threads":1,"jobs":[["j","q",2,1,0.5,%s]]}' % (
+        str([0] * (len(BUCKETS) + 1)).encode()
+    )
+    read = decode(older)
+    assert read is not None and read.jobs[("j", "q")].expired == 0
 
 
 @pytest.mark.parametrize(
@@ -118,6 +135,17 @@ def test_outcomes_are_counted_by_registered_job_and_queue() -> None:
     low = counted[("tests.record", "low")]
     assert (low.processed, low.failed, sum(low.buckets)) == (2, 2, 1)
     assert metrics.version == 5
+
+
+def test_an_expired_job_is_counted_apart_not_as_a_run() -> None:
+    metrics = JobMetrics()
+    metrics.observe_outcome(outcome("expired", "tests.record", seconds=None), "default")
+    metrics.observe_outcome(outcome("done", "tests.record"), "default")
+    counted = metrics.snapshot()[("tests.record", "default")]
+    assert (counted.processed, counted.failed, counted.expired) == (1, 0, 1)
+    total = counted.copy()
+    total.add(counted)
+    assert total.expired == 2
 
 
 # -- master side: totals -------------------------------------------------------------
@@ -273,7 +301,10 @@ def test_rendering_names_every_metric_with_its_labels() -> None:
     counters.restarts["crash"] = 2
     counters.requeued, counters.poison_pills = 3, 1
     scrape = Scrape(
-        jobs={("a.job", "default"): series(3, 1, 0.2), ("b.job", "low"): series(1, 0, 20.0)},
+        jobs={
+            ("a.job", "default"): expired_too(series(3, 1, 0.2), 2),
+            ("b.job", "low"): series(1, 0, 20.0),
+        },
         busy=2,
         threads=10,
         children=[ChildView(1, 100, RUNNING), ChildView(1, 99, STOPPING)],
@@ -287,6 +318,7 @@ def test_rendering_names_every_metric_with_its_labels() -> None:
     a_le = lambda le: (("job", "a.job"), ("le", le), ("queue", "default"))  # noqa: E731
     assert samples[("jobmaster_jobs_processed_total", a)] == 3
     assert samples[("jobmaster_jobs_failed_total", a)] == 1
+    assert samples[("jobmaster_jobs_expired_total", a)] == 2
     assert samples[("jobmaster_job_duration_seconds_count", a)] == 3
     assert samples[("jobmaster_job_duration_seconds_sum", a)] == pytest.approx(0.6)
     assert samples[("jobmaster_job_duration_seconds_bucket", a_le("0.1"))] == 0

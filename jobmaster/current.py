@@ -1,0 +1,73 @@
+"""``jobmaster.current_job()``: which job the calling code runs in, or None.
+
+Job code often needs its own identity without having it passed in: to log
+the jid, to tell a first run from a retry (``attempt``), to find its batch.
+It is a ``contextvars.ContextVar``, set around the job's call by whoever
+runs it (the worker's executor, ``jobmaster.testing``): a thread sees only
+its own job, and an asyncio task started by a job inherits it (a task
+copies the context it was created in), where a thread-local would be empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The running job, as its payload says it."""
+
+    jid: str
+    name: str  # the registered job name, ``myapp.jobs.send_email``
+    queue: str
+    attempt: int  # 1 on the first run, 2 on the first retry...
+    enqueued_at: float | None  # unix time it was last pushed to its queue
+    batch_id: str | None  # None outside a batch
+
+    @classmethod
+    def of(cls, payload: Mapping[str, Any], queue: str | None = None) -> JobInfo:
+        """Read from a payload; a field that is missing or forged reads as its
+        default (fields come from Redis: anyone's to write, SPEC §8)."""
+        retries = payload.get("retry_count")
+        done = retries if isinstance(retries, int) and not isinstance(retries, bool) else 0
+        enqueued = payload.get("enqueued_at")
+        batch = payload.get("batch")
+        return cls(
+            jid=str(payload.get("jid", "")),
+            name=str(payload.get("job", "")),
+            queue=queue if queue is not None else str(payload.get("queue", "")),
+            attempt=max(done, 0) + 1,
+            enqueued_at=float(enqueued) if _finite(enqueued) else None,
+            batch_id=batch if isinstance(batch, str) and batch else None,
+        )
+
+
+def _finite(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_current: contextvars.ContextVar[JobInfo | None] = contextvars.ContextVar(
+    "jobmaster_current_job", default=None
+)
+
+
+def current_job() -> JobInfo | None:
+    """The job this code runs in (its thread, or an async task it started); None
+    outside a job."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def running_job(payload: Mapping[str, Any], queue: str | None = None) -> Iterator[JobInfo]:
+    """Set ``current_job()`` for the duration of one job's call."""
+    info = JobInfo.of(payload, queue)
+    token = _current.set(info)
+    try:
+        yield info
+    finally:
+        _current.reset(token)
