@@ -155,3 +155,15 @@ def test_a_running_job_cancelled_raises_job_failed_cancelled(
         client.result(jid, wait=30)
     assert raised.value.status == "cancelled"
     assert time.monotonic() - started < 5  # within the cancel watch's second, plus a hop
+
+
+def test_an_expired_job_raises_job_failed_expired(
+    master: JobmasterProcess, client: Client, store: redis.Redis
+) -> None:
+    # expires_in 1 ms: already past when a worker fetches it, so not run, status expired.
+    jid = client.push({"job": "tests.results.add", "args": [1, 1], "expires_in": 0.001})
+    assert jid is not None
+    with pytest.raises(jobmaster.JobFailed) as raised:
+        client.result(jid, wait=30)
+    assert raised.value.status == "expired"
+    assert not store.exists(K.result(jid))
