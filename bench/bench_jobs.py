@@ -9,7 +9,8 @@ the ``BENCH_REDIS_URL`` environment variable (the benchmark's private server).
 kills the child under: it records each start and stops early on request.
 
 ``bench_jobs.noop()`` does nothing: the job bench/status_cost.py pushes by the
-thousand to measure the per-job cost of the machinery around it.
+thousand to measure the per-job cost of the machinery around it;
+``bench_jobs.answer()`` returns a small dict, to measure keeping results.
 """
 
 from __future__ import annotations
@@ -70,3 +71,12 @@ def hold(token: str, seconds: float = 30.0) -> None:
 def noop() -> None:
     """Nothing at all (bench/status_cost.py)."""
     return None
+
+
+ANSWER = {"ok": True, "count": 42, "note": "done"}  # a typical small result
+
+
+@jobmaster.job(name="bench_jobs.answer", retry=False)
+def answer() -> dict[str, object]:
+    """A small return value, kept as the job's result (bench/status_cost.py --results)."""
+    return ANSWER

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
 from jobmaster.api.cancels import cancel
-from jobmaster.client import Client, attempts, configure, status
+from jobmaster.client import Client, attempts, configure, result, status
 from jobmaster.current import JobInfo, current_job
 from jobmaster.errors import (
     ConfigError,
     EnqueueError,
     JobCancelled,
+    JobFailed,
     JobmasterError,
     JobTimeout,
     Permanent,
     PoisonPill,
+    ResultPending,
+    UnknownJob,
 )
 from jobmaster.job import JobFunction, job
 from jobmaster.lifecycle import on_child_start, on_child_stop, on_master_start
@@ -38,6 +41,7 @@ __all__ = [
     "DeadSet",
     "EnqueueError",
     "JobCancelled",
+    "JobFailed",
     "JobFunction",
     "JobInfo",
     "JobTimeout",
@@ -46,10 +50,12 @@ __all__ = [
     "PoisonPill",
     "ProcessSet",
     "Queue",
+    "ResultPending",
     "RetrySet",
     "ScheduledSet",
     "Signature",
     "Stats",
+    "UnknownJob",
     "attempts",
     "batch",
     "batch_status",
@@ -64,6 +70,7 @@ __all__ = [
     "on_child_stop",
     "on_master_start",
     "redis_info",
+    "result",
     "status",
 ]
 __version__ = "0.1.0"

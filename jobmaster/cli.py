@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from jobmaster import exitcodes
+from jobmaster import exitcodes, results
 from jobmaster.app import AppImportError, check_periodic, load_app, unknown_job_warning
 from jobmaster.client import Client, default_from_config
 from jobmaster.commands.output import echo
@@ -388,14 +388,23 @@ def periodic_disable(
 def status_command(
     jid: str, as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
 ) -> None:
-    """Show a job's status and its attempts (kept status_ttl seconds)."""
+    """Show a job's status, its attempts and, once complete, its result (kept
+    status_ttl seconds, or the job's result_ttl)."""
     config = load(config_file, {"redis_url": redis_url})
     client = Client.from_config(config)
     state, tries = client.status(jid), client.attempts(jid)
+    shown = results.preview(client.redis, client.keys, jid) if state == "complete" else None
     if as_json:
-        echo(json.dumps({"jid": jid, "status": state, "attempts": tries}))
+        found: dict[str, Any] = {"jid": jid, "status": state, "attempts": tries}
+        if state == "complete":  # a truncated result is its first 64 KiB of text
+            found["result"] = shown.value if shown else None
+            found["result_bytes"] = shown.size if shown else 0
+        echo(json.dumps(found))
         return
     echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
+    if state == "complete":
+        more = f" … ({shown.size:,} bytes in all)" if shown and shown.truncated else ""
+        echo(f"  result: {shown.text if shown else 'None'}{more}")
     for number, attempt in enumerate(tries, 1):
         took = float(attempt.get("ended_at") or 0) - float(attempt.get("started_at") or 0)
         error = (

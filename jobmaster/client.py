@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from jobmaster import crypto
+from jobmaster import crypto, results
 from jobmaster import payload as wire
 from jobmaster.connection import connect, describe_error
 from jobmaster.errors import EnqueueError
@@ -227,6 +227,16 @@ class Client:
         """Each attempt: started_at, ended_at, outcome, error class and message, worker."""
         return [json.loads(raw) for raw in self.redis.lrange(self.keys.attempts(jid), 0, -1)]
 
+    def result(self, jid: str, wait: float = 0) -> Any:
+        """The job's return value once it is complete, waiting up to ``wait`` seconds
+        (on a pub/sub message, not by polling; see results.py).
+
+        Raises ``JobFailed`` if it ended dead, failed, cancelled or expired,
+        ``ResultPending`` if it has not ended in time, ``UnknownJob`` if no
+        status is kept for ``jid``.
+        """
+        return results.wait_for(self.redis, self.keys, jid, wait)
+
 
 # -- the default client used by the job API ------------------------------
 _default: Client | None = None
@@ -296,6 +306,11 @@ def status(jid: str) -> str | None:
 def attempts(jid: str) -> list[dict[str, Any]]:
     """The job's attempts through the default client, oldest first."""
     return default_client().attempts(jid)
+
+
+def result(jid: str, wait: float = 0) -> Any:
+    """The job's return value through the default client (see ``Client.result``)."""
+    return default_client().result(jid, wait)
 
 
 def default_client() -> Client:

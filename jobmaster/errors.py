@@ -48,3 +48,53 @@ class JobCancelled(BaseException):
 class PoisonPill(Exception):
     """The error an ``on_failure`` hook gets for a job that kept killing (or
     bloating) its worker process and was buried without running to an end."""
+
+
+class JobFailed(JobmasterError):
+    """``jobmaster.result``: the job ended without a result (``dead``, ``failed``,
+    ``cancelled``, ``expired``, ``skipped``).
+
+    ``error_class`` and ``error_message`` say why, as its last attempt or its
+    dead-set entry recorded it; None where nothing was recorded (a cancelled
+    or expired job never raised).
+    """
+
+    def __init__(
+        self,
+        jid: str,
+        status: str,
+        error_class: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
+        self.jid = jid
+        self.status = status
+        self.error_class = error_class
+        self.error_message = error_message
+        why = ": ".join(part for part in (error_class, error_message) if part)
+        super().__init__(f"job {jid} ended {status}" + (f" ({why})" if why else ""))
+
+
+class ResultPending(JobmasterError, TimeoutError):
+    """``jobmaster.result``: the job has not ended within ``wait`` seconds.
+
+    A ``TimeoutError``, so code that already handles timeouts handles it.
+    """
+
+    def __init__(self, jid: str, status: str, waited: float) -> None:
+        self.jid = jid
+        self.status = status
+        self.waited = waited
+        super().__init__(f"job {jid} is still {status} after {waited:g} s")
+
+
+class UnknownJob(JobmasterError, LookupError):
+    """``jobmaster.result``: no status is kept for this jid (never enqueued here,
+    its status expired after ``status_ttl``/``result_ttl``, or status tracking is off).
+    """
+
+    def __init__(self, jid: str) -> None:
+        self.jid = jid
+        super().__init__(
+            f"no job {jid} is known: never enqueued here, its status and result expired, "
+            "or status tracking is off"
+        )

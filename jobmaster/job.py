@@ -11,6 +11,7 @@ import datetime
 import functools
 import inspect
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -40,6 +41,14 @@ class InlineMode:
 INLINE = InlineMode()
 
 
+def check_result_ttl(value: object) -> None:
+    """Whole seconds are what Redis's EX keeps; less than one would keep nothing."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value < math.inf
+    ):
+        raise ValueError(f"result_ttl must be seconds >= 1, got {value!r}")
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """How a job is enqueued and retried; validated when set."""
@@ -52,6 +61,8 @@ class JobOptions:
     unique_args: UniqueArgs | None = None
     middleware: tuple[Middleware, ...] = ()  # server middleware for this job only
     encrypt: bool = False  # arguments sealed with secret_key (crypto.py)
+    # Seconds its status and result are kept once it ended (status_ttl when None).
+    result_ttl: float | None = None
     expires_in: float | None = None  # seconds from creation; not run if fetched later (expiry.py)
     # Called once the outcome is recorded: on_success(payload) after a success,
     # on_failure(payload, error) when the job failed for good (dead, or
@@ -77,6 +88,7 @@ class JobOptions:
             or self.timeout <= 0
         ):
             raise ValueError(f"timeout must be seconds > 0, got {self.timeout!r}")
+        check_result_ttl(self.result_ttl)
         check_mode(self.unique)
         check_expires_in(self.expires_in)
         object.__setattr__(self, "middleware", tuple(self.middleware))
@@ -96,6 +108,8 @@ class JobOptions:
             extra["backoff"] = self.backoff
         if self.timeout is not None:
             extra["timeout"] = self.timeout
+        if self.result_ttl is not None:
+            extra["result_ttl"] = self.result_ttl
         if self.expires_in is not None:
             extra["expires_in"] = self.expires_in
         return extra
@@ -255,6 +269,7 @@ def job(
     unique_args: UniqueArgs | None = None,
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
+    result_ttl: float | None = None,
     expires_in: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
@@ -274,6 +289,7 @@ def job(
     unique_args: UniqueArgs | None = None,
     middleware: Sequence[Middleware] = (),
     encrypt: bool = False,
+    result_ttl: float | None = None,
     expires_in: float | None = None,
     on_success: Callable[[dict[str, Any]], Any] | None = None,
     on_failure: Callable[[dict[str, Any], BaseException], Any] | None = None,
@@ -292,6 +308,7 @@ def job(
         unique_args=unique_args,
         middleware=tuple(middleware),
         encrypt=encrypt,
+        result_ttl=result_ttl,
         expires_in=expires_in,
         on_success=on_success,
         on_failure=on_failure,

@@ -109,6 +109,16 @@ class Keys:
         """What FETCH prepends to a jid it reads from a payload (same hash tag)."""
         return f"{self.prefix}status:"
 
+    def result(self, jid: str) -> str:
+        """A complete job's return value (JSON text), written with its final status
+        and expiring with it; absent when the job returned None (results.py)."""
+        return f"{self.prefix}result:{jid}"
+
+    def ended_channel(self, jid: str) -> str:
+        """Pub/sub channel told once a job ends (complete, dead, failed...): what a
+        ``jobmaster.result(jid, wait=...)`` waits on instead of polling its status."""
+        return f"{self.prefix}ended:{jid}"
+
     def unique(self, digest: str) -> str:
         """A unique job's lock: holds the jid that owns it, always with a TTL."""
         return f"{self.prefix}unique:{digest}"

@@ -127,6 +127,7 @@ class Recovery:
             hook_payload=wire.encode(hook) if hook is not None else b"",
             hook_queue=hook_queue,
             hook_channel=self.keys.wakeup_channel(hook_queue) if hook is not None else "",
+            ended_channel=self.keys.ended_channel(jid) if status else "",  # wakes result()
         )
         step = step_of(entry)
         if step is None:

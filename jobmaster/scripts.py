@@ -180,7 +180,7 @@ class Mark(ScriptCall):
 # KEYS[4] failed total, KEYS[5] failed today, KEYS[6] target sorted set
 #   (retry or dead; any key when ARGV[4] is ''), KEYS[7] the job's status key,
 # KEYS[8] the job's attempts list, KEYS[9] its unique lock (any key when
-#   ARGV[12] is '')
+#   ARGV[12] is ''), KEYS[10] its result key (any key when ARGV[16] is '')
 # ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed, 0 if not,
 #   '-' if it did not run (deferred by middleware: not counted at all),
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
@@ -189,7 +189,12 @@ class Mark(ScriptCall):
 # ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON; '' = none),
 # ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
 # (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend),
-# ARGV[15] '1' when re-sent after a lost reply (optional; see outcome.record).
+# ARGV[15] '1' when re-sent after a lost reply (see outcome.record),
+# ARGV[16] the job's return value as JSON ('' = none: not complete, or it
+# returned None), ARGV[17] the channel its end is published on ('' = none:
+# it has not ended, or status is off). The result shares the status's TTL
+# (the job's result_ttl once it ended): results.py reads them together, and
+# a waiter (subscribed first, then reading) is woken by the message.
 # Nothing is written unless the payload is still in the in-progress list: a
 # job pushed back at a stop, recovered from a process presumed dead, or
 # already recorded by the watchdog is in another place (or finished) now,
@@ -243,6 +248,8 @@ if ARGV[9] ~= '' then
     end
     redis.call('EXPIRE', KEYS[8], ARGV[11])
   end
+  if ARGV[16] ~= '' then redis.call('SET', KEYS[10], ARGV[16], 'EX', ARGV[11]) end
+  if ARGV[17] ~= '' then redis.call('PUBLISH', ARGV[17], ARGV[9]) end
 end
 if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
   if ARGV[12] == 'release' then
@@ -266,6 +273,7 @@ class Finish(ScriptCall):
     status_key: str
     attempts_key: str
     lock_key: str  # the unique lock (any key when lock_action is '')
+    result_key: str  # the job's result (any key when result is b'')
     payload: bytes  # as fetched
     failed: str  # '1' | '0' | '-' (did not run)
     day_ttl: int
@@ -281,6 +289,8 @@ class Finish(ScriptCall):
     jid: str
     lock_ttl: int
     resent: bool = False  # re-sent after a lost reply
+    result: bytes = b""  # the return value as JSON; b'' = none (results.py)
+    ended_channel: str = ""  # published on when the job ended; '' = none
 
     def keys(self) -> list[str]:
         return [
@@ -293,6 +303,7 @@ class Finish(ScriptCall):
             self.status_key,
             self.attempts_key,
             self.lock_key,
+            self.result_key,
         ]
 
     def argv(self) -> list[Arg]:
@@ -312,6 +323,8 @@ class Finish(ScriptCall):
             self.jid,
             self.lock_ttl,
             "1" if self.resent else "0",
+            self.result,
+            self.ended_channel,
         ]
 
 
@@ -510,7 +523,7 @@ end
 # last two jobs at once are serialised by Redis). Only the call that removed
 # the payload from the in-progress list moves the workflow: a job requeued
 # from under us (a recovered orphan) runs again and is counted then.
-# KEYS and ARGV as FINISH (KEYS[1..9], ARGV[1..15], the "resent" flag always
+# KEYS and ARGV as FINISH (KEYS[1..10], ARGV[1..17], the "resent" flag always
 # given), then the workflow part's ``k`` (the last 13 KEYS) and ``a`` (the
 # last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13]) and status TTL
 # (ARGV[11]), which FINISH has already. Counted from the end, so that FINISH
@@ -743,7 +756,9 @@ class Transfer(ScriptCall):
 # ARGV[13] is '')
 # ARGV[12] the jid whose lock to release ('' = none; released only if that
 # jid holds it), ARGV[13] the hook job's payload ('' = none), ARGV[14] its
-# queue name, ARGV[15] its wakeup channel
+# queue name, ARGV[15] its wakeup channel, ARGV[16] the channel the job's end
+# is published on ('' = none; the message is its status, ARGV[10]): a
+# ``jobmaster.result`` waiting on a poison pill wakes with it (results.py)
 # Returns 1 if moved, 0 if the entry was no longer in the source (then
 # nothing else is done either: whoever moved it owns it).
 BURY_TAIL = """
@@ -755,6 +770,7 @@ if ARGV[13] ~= '' then
   redis.call('SADD', KEYS[3], ARGV[14])
   redis.call('PUBLISH', ARGV[15], 1)
 end
+if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], ARGV[10]) end
 """
 BURY = TRANSFER_BODY + BURY_TAIL + "return 1\n"
 
@@ -768,6 +784,7 @@ class Bury(ScriptCall):
     hook_payload: bytes  # b'' = none
     hook_queue: str
     hook_channel: str
+    ended_channel: str = ""  # '' = none
 
     def keys(self) -> list[str]:
         return [*self.transfer.keys(), self.lock_key, self.hook_queue_key]
@@ -779,15 +796,16 @@ class Bury(ScriptCall):
             self.hook_payload,
             self.hook_queue,
             self.hook_channel,
+            self.ended_channel,
         ]
 
 
 # BURY_STEP: BURY of a batch or chain job, with the workflow's step: the
 # batch counts the death (and may complete), the chain stops. Without it such
 # a batch would never complete.
-# KEYS[1..6] and ARGV[1..15] as BURY, then KEYS[7..19] and ARGV[16..25] the
+# KEYS[1..6] and ARGV[1..16] as BURY, then KEYS[7..19] and ARGV[17..26] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
-# TTL, and ARGV[26] the job's jid. Built by BuryStep: a Bury, then a
+# TTL, and ARGV[27] the job's jid. Built by BuryStep: a Bury, then a
 # WorkflowStep, then the jid.
 # Returns 1 if moved, 0 if the entry was no longer in the source.
 BURY_STEP = (
@@ -797,7 +815,7 @@ BURY_STEP = (
     + WORKFLOW_FUNCTION
     + SETTLE_WORKFLOW
     + """
-local step_args = {unpack(ARGV, 16, 26)}
+local step_args = {unpack(ARGV, 17, 27)}
 step_args[12] = ARGV[11]
 settle_workflow({unpack(KEYS, 7, 19)}, step_args)
 return 1
@@ -1305,7 +1323,9 @@ class FindQueued(ScriptCall):
 # KEYS[3] its unique lock (any key when ARGV[4] is '')
 # ARGV[1] 'list' | 'zset', ARGV[2] the entry as stored, ARGV[3] new status
 # ('' = status off), ARGV[4] the jid whose lock to release ('' = none;
-# released only if that jid holds it), ARGV[5] status TTL (s)
+# released only if that jid holds it), ARGV[5] status TTL (s), ARGV[6] the
+# channel the job's end is published on ('' = none; the message is its
+# status): a ``jobmaster.result`` waiting on it wakes with JobFailed (results.py)
 # Returns 1 if removed, 0 if the entry was no longer there.
 CANCEL_BODY = """
 local removed
@@ -1317,6 +1337,7 @@ end
 if removed == 0 then return 0 end
 if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
 if ARGV[4] ~= '' and redis.pcall('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[3]) end
 """
 CANCEL = CANCEL_BODY + "return 1\n"
 
@@ -1331,20 +1352,28 @@ class Cancel(ScriptCall):
     status: str  # '' = status off
     unlock_jid: str  # '' = none
     status_ttl: int
+    ended_channel: str = ""  # '' = none
 
     def keys(self) -> list[str]:
         return [self.source_key, self.status_key, self.lock_key]
 
     def argv(self) -> list[Arg]:
-        return [self.source_kind, self.entry, self.status, self.unlock_jid, self.status_ttl]
+        return [
+            self.source_kind,
+            self.entry,
+            self.status,
+            self.unlock_jid,
+            self.status_ttl,
+            self.ended_channel,
+        ]
 
 
 # CANCEL_STEP: CANCEL of a batch or chain job, with the workflow's step: the
 # batch counts it as failed (it will not run, so on_success never fires and
 # on_complete fires once the others have run), the chain stops.
-# KEYS[1..3] and ARGV[1..5] as CANCEL, then KEYS[4..16] and ARGV[6..15] the
+# KEYS[1..3] and ARGV[1..6] as CANCEL, then KEYS[4..16] and ARGV[7..16] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
-# TTL, and ARGV[16] the job's jid. Built by CancelStep: a Cancel, then a
+# TTL, and ARGV[17] the job's jid. Built by CancelStep: a Cancel, then a
 # WorkflowStep, then the jid (as BuryStep).
 # Returns 1 if removed, 0 if the entry was no longer there.
 CANCEL_STEP = (
@@ -1353,8 +1382,8 @@ CANCEL_STEP = (
     + WORKFLOW_FUNCTION
     + SETTLE_WORKFLOW
     + """
-local step_args = {unpack(ARGV, 6, 15)}
-step_args[11], step_args[12] = ARGV[16], ARGV[5]
+local step_args = {unpack(ARGV, 7, 16)}
+step_args[11], step_args[12] = ARGV[17], ARGV[5]
 settle_workflow({unpack(KEYS, 4, 16)}, step_args)
 return 1
 """

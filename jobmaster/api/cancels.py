@@ -150,6 +150,8 @@ class Canceller:
             status=CANCELLED if backend.status_ttl else "",
             unlock_jid=jid if lock else "",
             status_ttl=backend.status_ttl or 1,
+            # wakes a jobmaster.result waiting on it (results.py)
+            ended_channel=keys.ended_channel(jid) if backend.status_ttl else "",
         )
         step = step_of(payload) if payload is not None else None
         if step is None:

@@ -154,14 +154,14 @@ class Executor:
                 running_in(job.payload),
                 running_job(job.wire, job.queue),
             ):
-                function.func(*args, **kwargs)
+                value = function.func(*args, **kwargs)
         except BaseException as error:  # a job's SystemExit must not end the thread either
             if isinstance(error, JobTimeout) and not str(error):
                 error = JobTimeout(f"ran past its timeout of {job.timeout:g}s")
             elif isinstance(error, JobCancelled) and not str(error):
                 error = JobCancelled("cancelled while running (jobmaster.cancel)")
             return Ran(error), time.monotonic() - started
-        return Ran(), time.monotonic() - started
+        return Ran(value=value), time.monotonic() - started
 
     def _end(
         self, job: FetchedJob, ending: Ending, started: float, took: float | None = None

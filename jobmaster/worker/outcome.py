@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 
 from jobmaster import payload as wire
+from jobmaster import results
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import JobCancelled, Permanent
 from jobmaster.job import JobOptions
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
+from jobmaster.worker import returns
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
 from jobmaster.workflows.steps import Step, step_of, workflow_step
 
@@ -87,6 +89,8 @@ class Outcome:
     hook: Callable[[], Any] | None = None
     unique_digest: str | None = None  # an until_executed job's lock, to release or extend
     workflow: Step | None = None  # its batch or chain, moved by FINISH_STEP
+    result: bytes | None = None  # its return value as JSON (returns.py); None: nothing kept
+    result_ttl: int | None = None  # seconds its end is kept (None: status_ttl)
 
     @property
     def status(self) -> str:
@@ -108,9 +112,10 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Ran:
-    """Its code ran: it returned (``error`` None) or raised ``error``."""
+    """Its code ran: it returned ``value`` (``error`` None) or raised ``error``."""
 
     error: BaseException | None = None
+    value: Any = None  # its return value, kept as its result (returns.py)
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,8 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
             workflow=job.step,
             started_at=started_at,
             ended_at=ended_at,
+            result=returns.encode(ending.value, job.jid, job.name),
+            result_ttl=returns.result_ttl(job.payload),
         )
     verdict = _failure(job.payload, error, options.backoff, ended_at, options.retry)
     return Outcome(
@@ -204,6 +211,7 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
         workflow=job.step,
         started_at=started_at,
         ended_at=ended_at,
+        result_ttl=returns.result_ttl(job.payload),
     )
 
 
@@ -405,6 +413,9 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         lock_action = "extend" if outcome.kind in ("retry", "deferred") else "release"
         lock_ttl = round(max(0.0, outcome.score - now)) + LOCK_TTL
     limits = ctx.dead_limits
+    ended = outcome.status in results.ENDED
+    # An end is kept the job's result_ttl, its status, attempts and result alike.
+    status_ttl = (outcome.result_ttl if ended else None) or ctx.status_ttl
     error_class, _, error_message = outcome.error.partition(": ")
     attempt = {
         "started_at": outcome.started_at,
@@ -434,10 +445,14 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         dead_cutoff=limits.cutoff(now),
         status=outcome.status if ctx.status_ttl else "",
         attempt=json.dumps(attempt) if ran else "",
-        status_ttl=ctx.status_ttl or 1,
+        status_ttl=status_ttl or 1,
         lock_action=lock_action,
         jid=outcome.jid,
         lock_ttl=lock_ttl,
+        result_key=keys.result(outcome.jid),
+        result=outcome.result if ctx.status_ttl and outcome.result is not None else b"",
+        # An end wakes whoever waits in jobmaster.result (results.py).
+        ended_channel=keys.ended_channel(outcome.jid) if ctx.status_ttl and ended else "",
     )
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1

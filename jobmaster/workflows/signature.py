@@ -16,7 +16,7 @@ from typing import Any
 from jobmaster import payload as wire
 
 # Payload fields a signature may carry besides job, args and kwargs.
-OPTION_FIELDS = ("queue", "retry", "backoff", "timeout", "expires_in")
+OPTION_FIELDS = ("queue", "retry", "backoff", "timeout", "result_ttl", "expires_in")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Signature:
     job: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-    options: Mapping[str, Any] = field(default_factory=dict)  # queue, retry, backoff, timeout
+    options: Mapping[str, Any] = field(default_factory=dict)  # OPTION_FIELDS
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, str) or not self.job:

@@ -81,6 +81,7 @@ def finish(
         status_key=K.status("j1"),
         attempts_key=K.attempts("j1"),
         lock_key=K.unique("d1"),
+        result_key=K.result("j1"),
         payload=raw,
         failed="1" if failed else "0",
         day_ttl=100,

@@ -57,6 +57,7 @@ FINISH_KEYS = {
     "status_key": 7,
     "attempts_key": 8,
     "lock_key": 9,
+    "result_key": 10,
 }
 FINISH_ARGV = {
     "payload": 1,
@@ -73,6 +74,8 @@ FINISH_ARGV = {
     "lock_action": 12,
     "jid": 13,
     "lock_ttl": 14,
+    "result": 16,
+    "ended_channel": 17,
 }
 # ``k`` and ``a`` of workflow_step (WORKFLOW_FUNCTION), 1-based.
 STEP_KEYS = {
@@ -134,7 +137,7 @@ def test_mark() -> None:
 def test_finish() -> None:
     call = named(S.Finish, resent=False)
     check(call, FINISH_KEYS, FINISH_ARGV, elsewhere=("resent",))
-    assert len(call.argv()) == 15
+    assert len(call.argv()) == 17
     assert call.argv()[14] == "0"
     assert named(S.Finish, resent=True).argv()[14] == "1"  # ARGV[15]
 
@@ -157,7 +160,7 @@ def test_finish_step_appends_the_step_to_finish() -> None:
     assert call.keys() == [*finish.keys(), *step.keys()]
     assert call.argv() == [*finish.argv(), *step.argv()]
     assert call.keys()[-13:] == step.keys() and call.argv()[-10:] == step.argv()
-    assert call.argv()[:15] == finish.argv()  # the "resent" flag always given
+    assert call.argv()[:17] == finish.argv()  # the "resent" flag and the result always given
 
 
 def bury() -> Any:
@@ -173,7 +176,13 @@ def test_bury_is_transfer_then_its_tail() -> None:
     check(
         call,
         {"lock_key": 5, "hook_queue_key": 6},
-        {"unlock_jid": 12, "hook_payload": 13, "hook_queue": 14, "hook_channel": 15},
+        {
+            "unlock_jid": 12,
+            "hook_payload": 13,
+            "hook_queue": 14,
+            "hook_channel": 15,
+            "ended_channel": 16,
+        },
         elsewhere=("transfer",),
     )
     assert call.keys()[:4] == call.transfer.keys() and call.argv()[:11] == call.transfer.argv()
@@ -182,10 +191,10 @@ def test_bury_is_transfer_then_its_tail() -> None:
 def test_bury_step() -> None:
     step = workflow_step()
     call = S.BuryStep(bury(), step, "<jid>")
-    assert call.keys()[:6] == call.bury.keys() and call.argv()[:15] == call.bury.argv()
+    assert call.keys()[:6] == call.bury.keys() and call.argv()[:16] == call.bury.argv()
     assert call.keys()[6:19] == step.keys()  # KEYS[7..19]
-    assert call.argv()[15:25] == step.argv()  # ARGV[16..25]
-    assert call.argv()[25] == "<jid>" and len(call.argv()) == 26  # ARGV[26]
+    assert call.argv()[16:26] == step.argv()  # ARGV[17..26]
+    assert call.argv()[26] == "<jid>" and len(call.argv()) == 27  # ARGV[27]
 
 
 def test_batch_add() -> None:
@@ -299,17 +308,24 @@ def test_cancel() -> None:
     check(
         named(S.Cancel),
         {"source_key": 1, "status_key": 2, "lock_key": 3},
-        {"source_kind": 1, "entry": 2, "status": 3, "unlock_jid": 4, "status_ttl": 5},
+        {
+            "source_kind": 1,
+            "entry": 2,
+            "status": 3,
+            "unlock_jid": 4,
+            "status_ttl": 5,
+            "ended_channel": 6,
+        },
     )
 
 
 def test_cancel_step() -> None:
     step = workflow_step()
     call = S.CancelStep(named(S.Cancel), step, "<jid>")
-    assert call.keys()[:3] == call.cancel.keys() and call.argv()[:5] == call.cancel.argv()
+    assert call.keys()[:3] == call.cancel.keys() and call.argv()[:6] == call.cancel.argv()
     assert call.keys()[3:16] == step.keys()  # KEYS[4..16]
-    assert call.argv()[5:15] == step.argv()  # ARGV[6..15]
-    assert call.argv()[15] == "<jid>" and len(call.argv()) == 16  # ARGV[16]
+    assert call.argv()[6:16] == step.argv()  # ARGV[7..16]
+    assert call.argv()[16] == "<jid>" and len(call.argv()) == 17  # ARGV[17]
 
 
 def test_every_builder_has_a_test_here() -> None:

@@ -1,5 +1,5 @@
-"""``/jobs/JID``: a job's status, where it is now (a set, or running), its
-attempts; cancel it (from here or the Busy page).
+"""``/jobs/JID``: a job's status, its result once complete, where it is now (a set,
+or running), its attempts; cancel it (from here or the Busy page).
 
 ``/jobs?jid=...`` is the search box's target: it redirects to the job's page.
 """
@@ -12,6 +12,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from jobmaster import results
 from jobmaster.api import Canceller, JobRecord
 from jobmaster.api.cancels import CANCELLABLE
 from jobmaster.web.dashboard import SETS, dashboard
@@ -37,14 +38,16 @@ def job(request: Request) -> Response:
     for running in board.processes().running():
         if running.record.jid == jid:
             places.append((f"running in {running.identity}", "/busy", running.record))
-    status = board.client.status(jid)
+    client = board.client
+    status = client.status(jid)
     return render(
         request,
         "job.html",
         jid=jid,
         status=status,
+        result=results.preview(client.redis, client.keys, jid) if status == "complete" else None,
         cancellable=status in CANCELLABLE,
-        attempts=board.client.attempts(jid),
+        attempts=client.attempts(jid),
         places=places,
     )
 

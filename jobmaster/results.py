@@ -1,0 +1,257 @@
+"""A job's result: read with its status, and waited for without polling.
+
+The worker's FINISH script writes a job's final status, its return value
+(JSON text, only when it is not None, under ``keys.result``) and its last
+attempt in one atomic step, all with one TTL (``status_ttl``, or the job's
+``result_ttl``), and then PUBLISHes on the job's ``keys.ended_channel``.
+
+``wait_for`` reads the status (and result); if the job has not ended it
+SUBSCRIBEs to that channel, waits for Redis to confirm the subscription,
+and reads again: a job that ended between the first read and the
+subscription is seen by the second read, one that ends after it sends a
+message. So a wait costs a handful of Redis commands however long it is,
+and a result is seen within a pub/sub hop of the job's end.
+
+Pub/sub is fire-and-forget: a message published while our connection was
+being re-established is lost. The status is read again every
+``RECHECK_EVERY`` seconds of waiting, so a lost message costs at most that
+much delay, never a wait to the end.
+
+This module is the producer side: it imports nothing from the worker or
+supervisor.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis import exceptions as redis_errors
+
+from jobmaster import payload as wire
+from jobmaster.errors import JobFailed, ResultPending, UnknownJob
+from jobmaster.keys import Keys
+
+log = logging.getLogger("jobmaster.results")
+
+# Statuses after which a job will not run again (unless an operator retries
+# it from the dead set). "skipped": its batch was cancelled before it ran.
+ENDED = frozenset({"complete", "dead", "failed", "cancelled", "expired", "skipped"})
+RECHECK_EVERY = 5.0  # seconds: the most a lost pub/sub message can delay a result
+PARSE_BYTES = 1024 * 1024  # the longest dead-set entry parsed for a failure's error
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What Redis holds for one jid, read in one round trip."""
+
+    jid: str
+    status: str | None  # None: unknown or expired
+    result: bytes | None  # the return value's JSON text; None when it returned None
+    last_attempt: bytes | None  # the newest entry of its attempts history (JSON)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+    def value(self) -> Any:
+        """The return value of a complete job (None if it returned None).
+
+        What Redis holds may be forged (SPEC §8): a result that is not JSON
+        is logged and read as None rather than raised from a caller's wait.
+        """
+        if self.result is None:
+            return None
+        try:
+            return wire.strict_loads(self.result)
+        except (ValueError, UnicodeDecodeError) as error:
+            log.warning("result of jid=%s is not JSON (%s): read as None", self.jid, error)
+            return None
+
+
+def read(connection: redis.Redis, keys: Keys, jid: str) -> Snapshot:
+    """The job's status, result and last attempt (one pipeline, three reads).
+
+    A key someone overwrote with another type reads as absent, as the
+    operator API reads it (api.base.answers), instead of raising.
+    """
+    pipe = connection.pipeline(transaction=False)
+    pipe.get(keys.status(jid))
+    pipe.get(keys.result(jid))
+    pipe.lindex(keys.attempts(jid), -1)
+    replies = [
+        None if isinstance(reply, redis_errors.ResponseError) else reply
+        for reply in pipe.execute(raise_on_error=False)
+    ]
+    status, result, attempt = replies
+    return Snapshot(
+        jid,
+        status.decode(errors="replace") if isinstance(status, bytes) else status,
+        result.encode() if isinstance(result, str) else result,
+        attempt.encode() if isinstance(attempt, str) else attempt,
+    )
+
+
+def outcome(connection: redis.Redis, keys: Keys, found: Snapshot) -> Any:
+    """The value of an ended job, or JobFailed with why it failed."""
+    if found.status == "complete":
+        return found.value()
+    error_class, error_message = failure(connection, keys, found)
+    raise JobFailed(found.jid, str(found.status), error_class, error_message)
+
+
+def failure(connection: redis.Redis, keys: Keys, found: Snapshot) -> tuple[str | None, str | None]:
+    """The error class and message of a job that ended without a result.
+
+    Its last attempt says it when the worker decided the end (retries
+    exhausted, a Permanent error, retry=False). A job buried by the master
+    (a poison pill, a payload that cannot run) has no such attempt: its
+    dead-set entry holds the reason, found by ZSCAN on this rare path.
+    """
+    attempt = _json_object(found.last_attempt)
+    if (
+        attempt is not None
+        and attempt.get("outcome") == found.status
+        and (attempt.get("error_class") or attempt.get("error_message"))
+    ):
+        return _text(attempt.get("error_class")), _text(attempt.get("error_message"))
+    if found.status != "dead":
+        return None, None
+    entry = _dead_entry(connection, keys, found.jid)
+    if entry is None:
+        return None, None
+    if "crash_count" in entry:  # buried by the master: it killed its worker process
+        return "PoisonPill", _text(entry.get("dead_reason"))
+    message = entry.get("error_message") or entry.get("dead_reason")
+    return _text(entry.get("error_class")), _text(message)
+
+
+def _dead_entry(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any] | None:
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in jid)
+    try:
+        for member, _ in connection.zscan_iter(keys.dead, match=f"*{escaped}*", count=500):
+            entry = _json_object(member if len(member) <= PARSE_BYTES else None)
+            if entry is not None and entry.get("jid") == jid:
+                return entry
+    except redis_errors.ResponseError:  # the dead set's key holds another type
+        return None
+    return None
+
+
+def _json_object(raw: bytes | str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = wire.strict_loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def wait_for(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> Any:
+    """The job's return value once it is ``complete``, waiting up to ``wait`` seconds.
+
+    Raises JobFailed (it ended dead, failed, cancelled, expired or skipped),
+    ResultPending (it has not ended in time) or UnknownJob (no status).
+    """
+    found = read(connection, keys, jid)
+    if found.status is None:
+        raise UnknownJob(jid)
+    if found.ended:
+        return outcome(connection, keys, found)
+    if not wait or wait <= 0:
+        raise ResultPending(jid, found.status, 0.0)
+    started = time.monotonic()
+    deadline = started + float(wait)
+    pubsub = connection.pubsub()  # type: ignore[no-untyped-call]
+    try:
+        pubsub.subscribe(keys.ended_channel(jid))
+        _confirmed(pubsub, deadline)
+        while True:
+            # Read after the subscription is confirmed: an end published
+            # before it is seen here, one published after it wakes us.
+            found = read(connection, keys, jid)
+            if found.status is None:
+                raise UnknownJob(jid)  # it expired while we waited
+            if found.ended:
+                return outcome(connection, keys, found)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ResultPending(jid, found.status, time.monotonic() - started)
+            _message(pubsub, min(left, RECHECK_EVERY))
+    finally:
+        pubsub.close()
+
+
+def _confirmed(pubsub: Any, deadline: float) -> None:
+    """Wait for Redis's reply to SUBSCRIBE: until it comes, an end published
+    now might not reach us (the read that follows would then race it)."""
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+        if message is not None and message.get("type") == "subscribe":
+            return
+
+
+def _message(pubsub: Any, timeout: float) -> None:
+    """Block until a message on the channel, or ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while (left := end - time.monotonic()) > 0:
+        message = pubsub.get_message(timeout=left)
+        if message is not None and message.get("type") == "message":
+            return
+
+
+SHOW_BYTES = 64 * 1024  # of a result the CLI and the dashboard read and show
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A result as ``jobmaster status`` and the dashboard show it: anyone who
+    can write to Redis can plant a 100 MB result, so only its first
+    ``SHOW_BYTES`` are read (GETRANGE), with its full size (STRLEN)."""
+
+    head: bytes  # the first SHOW_BYTES of the JSON text
+    size: int  # its full length in bytes
+
+    @property
+    def truncated(self) -> bool:
+        return self.size > len(self.head)
+
+    @property
+    def text(self) -> str:
+        return self.head.decode(errors="replace")
+
+    @property
+    def value(self) -> Any:
+        """The decoded value when read whole and valid JSON, else the text."""
+        if not self.truncated:
+            try:
+                return wire.strict_loads(self.head)
+            except (ValueError, UnicodeDecodeError):
+                pass
+        return self.text
+
+
+def preview(
+    connection: redis.Redis, keys: Keys, jid: str, limit: int = SHOW_BYTES
+) -> Preview | None:
+    """The stored result's first ``limit`` bytes and size; None when there is none
+    (a job not complete, or one that returned None). Never raises on a key of
+    another type (it reads as none)."""
+    pipe = connection.pipeline(transaction=False)
+    pipe.getrange(keys.result(jid), 0, limit - 1)
+    pipe.strlen(keys.result(jid))
+    head, size = (
+        None if isinstance(reply, redis_errors.ResponseError) else reply
+        for reply in pipe.execute(raise_on_error=False)
+    )
+    if not size:
+        return None
+    return Preview(head.encode() if isinstance(head, str) else bytes(head or b""), int(size))
