@@ -78,20 +78,29 @@ class CancelWatch(threading.Thread):
     def running(self, jid: str) -> Iterator[None]:
         """The block runs job ``jid``'s code: a cancel read meanwhile raises
         ``JobCancelled`` in it (at once if it was read already)."""
+        watched = self.watch(jid)
+        try:
+            yield
+        finally:
+            self.unwatch(watched)
+
+    def watch(self, jid: str) -> Watched:
+        """``running`` in two calls, for the executor (which enters a job's
+        scopes in one object: worker/executor.py); ``unwatch`` must follow."""
         with self._lock:
             if jid in self._requested:
                 raise JobCancelled(f"cancelled by jobmaster.cancel({jid!r})")
             watched = Watched(jid, threading.get_ident())
             self._running[watched.thread_id] = watched
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running.pop(watched.thread_id, None)
-                if watched.fired:
-                    # The job ended as the exception was sent: it must not
-                    # surface later, in the processor's own code.
-                    raise_in_thread(watched.thread_id, None)
+            return watched
+
+    def unwatch(self, watched: Watched) -> None:
+        with self._lock:
+            self._running.pop(watched.thread_id, None)
+            if watched.fired:
+                # The job ended as the exception was sent: it must not
+                # surface later, in the processor's own code.
+                raise_in_thread(watched.thread_id, None)
 
     # -- the thread ----------------------------------------------------------
     def run(self) -> None:

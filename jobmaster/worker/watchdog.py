@@ -59,23 +59,33 @@ class Watchdog(threading.Thread):
     @contextmanager
     def deadline(self, job: FetchedJob, timeout: float | None) -> Iterator[None]:
         """Run the block under ``timeout`` seconds (None: no limit)."""
-        if not timeout:
+        armed = self.arm(job, timeout)
+        try:
             yield
-            return
+        finally:
+            self.disarm(armed)
+
+    def arm(self, job: FetchedJob, timeout: float | None) -> Armed | None:
+        """``deadline`` in two calls, for the executor (which enters a job's
+        scopes in one object: worker/executor.py); ``disarm`` must follow."""
+        if not timeout:
+            return None
         thread_id = threading.get_ident()
         now = time.monotonic()
         armed = Armed(job, thread_id, timeout, now + timeout, now + timeout + self.grace)
         with self._lock:
             self._armed[thread_id] = armed
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._armed.pop(thread_id, None)
-                if armed.fired:
-                    # The job ended as the exception was sent: it must not
-                    # surface later, in the processor's own code.
-                    raise_in_thread(thread_id, None)
+        return armed
+
+    def disarm(self, armed: Armed | None) -> None:
+        if armed is None:
+            return
+        with self._lock:
+            self._armed.pop(armed.thread_id, None)
+            if armed.fired:
+                # The job ended as the exception was sent: it must not
+                # surface later, in the processor's own code.
+                raise_in_thread(armed.thread_id, None)
 
     def run(self) -> None:
         while not self.stop_event.wait(TICK):

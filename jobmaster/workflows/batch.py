@@ -310,13 +310,26 @@ def current_batch(client: Client | None = None) -> Batch | None:
 @contextlib.contextmanager
 def running_in(payload: Mapping[str, Any]) -> Iterator[None]:
     """Set ``current_batch()`` while a worker runs this payload's job."""
-    bid = payload.get("batch")
-    carried = callbacks_of(payload) if "batch_callbacks" in payload else None
-    token = _running.set((bid, carried) if isinstance(bid, str) else None)
+    token = enter_running(payload)
     try:
         yield
     finally:
-        _running.reset(token)
+        leave_running(token)
+
+
+RunningToken = contextvars.Token[tuple[str, dict[str, tuple[str, str]] | None] | None]
+
+
+def enter_running(payload: Mapping[str, Any]) -> RunningToken:
+    """``running_in`` in two calls, for the executor (which enters a job's scopes
+    in one object: worker/executor.py); ``leave_running`` must follow."""
+    bid = payload.get("batch")
+    carried = callbacks_of(payload) if "batch_callbacks" in payload else None
+    return _running.set((bid, carried) if isinstance(bid, str) else None)
+
+
+def leave_running(token: RunningToken) -> None:
+    _running.reset(token)
 
 
 def batch_status(bid: str, client: Client | None = None) -> dict[str, Any] | None:
