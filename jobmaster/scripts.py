@@ -32,6 +32,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from jobmaster.frozen import frozen
+
 # One ARGV value, as redis-py sends it.
 Arg = str | bytes | int | float
 
@@ -262,7 +264,7 @@ end
 FINISH = FINISH_BODY + "return removed\n"
 
 
-@dataclass(frozen=True)
+@frozen  # made for every job: frozen.py says why not @dataclass(frozen=True)
 class Finish(ScriptCall):
     inprogress_key: str
     processed_key: str  # the counter of runs (of expired jobs, for one that expired)

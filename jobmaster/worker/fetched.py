@@ -21,11 +21,11 @@ What is read once:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from jobmaster import crypto, expiry, registry
 from jobmaster import payload as wire
+from jobmaster.frozen import frozen
 from jobmaster.job import JobFunction, JobOptions
 from jobmaster.unique import UNTIL_EXECUTED, UNTIL_STARTED
 from jobmaster.worker.fetch import Unit
@@ -63,7 +63,7 @@ Arguments = tuple[list[Any], dict[str, Any]]
 NO_OPTIONS = JobOptions()
 
 
-@dataclass(frozen=True)
+@frozen  # made for every job: frozen.py says why not @dataclass(frozen=True)
 class FetchedJob:
     unit: Unit  # the entry as stored (FINISH names it) and its queue
     payload: Payload

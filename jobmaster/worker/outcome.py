@@ -26,6 +26,7 @@ from jobmaster import payload as wire
 from jobmaster import results
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import JobCancelled, Permanent
+from jobmaster.frozen import frozen
 from jobmaster.job import JobOptions
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
@@ -73,7 +74,7 @@ STATUS = {
 }
 
 
-@dataclass(frozen=True)
+@frozen  # made for every job: frozen.py says why not @dataclass(frozen=True)
 class Outcome:
     kind: Kind
     jid: str
