@@ -117,7 +117,7 @@ class Executor:
                 hooks.before_process(chain, around)
             except Defer as held:
                 return self._end(job, HeldBack(held.seconds, str(held)), started)
-        _event(logging.INFO, "job.start", job.log_context(), "start")
+        _event(logging.INFO, "job.start", job, "start")
         # "working", in a round trip made anyway (acks.py)
         self.acks.mark(self.keys.status(job.jid), job.raw)
         ending, took = self._call(job, function)
@@ -158,7 +158,7 @@ class Executor:
     ) -> Outcome:
         """The job's one outcome, and its end line."""
         outcome = conclude(job, ending, started, time.time())
-        _log_end(outcome, ending, job.log_context(), took)
+        _log_end(outcome, ending, job, took)
         return outcome
 
     def _release_until_started(self, job: FetchedJob) -> None:
@@ -233,12 +233,18 @@ def execute(unit: Unit, ctx: WorkerContext, watchdog: Watchdog | None = None) ->
 
 
 def _event(
-    level: int, event: str, context: dict[str, Any], message: str, *args: object, **fields: Any
+    level: int,
+    event: str,
+    about: FetchedJob | dict[str, Any],
+    message: str,
+    *args: object,
+    **fields: Any,
 ) -> None:
     """Log one per-job line with ``event`` (and e.g. ``duration_ms``) as fields.
 
     Checked first so that a level that hides the line (``log_levels``) costs
-    no dict and no formatting: this runs twice for every job.
+    no dict (not even the job's fields: ``about``) and no formatting: this
+    runs twice for every job.
     """
     if not log.isEnabledFor(level):
         return
@@ -247,6 +253,7 @@ def _event(
     # Made here rather than by ``log.log``, which looks up the calling
     # frame's file and line (a walk of the stack, for fields our formats
     # never print): the caller of a per-job line is always this function.
+    context = about.log_context() if isinstance(about, FetchedJob) else about
     extra = {**context, "event": event, **fields}
     log.handle(log.makeRecord(log.name, level, __file__, 0, message, args, None, "_event", extra))
 
@@ -256,32 +263,32 @@ def _log_buried(outcome: Outcome, queue: str, reason: str) -> None:
     _event(logging.ERROR, "job.dead", context, "dead on arrival: %s", reason, error=outcome.error)
 
 
-def _log_end(outcome: Outcome, ending: Ending, context: dict[str, Any], took: float | None) -> None:
+def _log_end(outcome: Outcome, ending: Ending, job: FetchedJob, took: float | None) -> None:
     """The job's end line, named after its outcome (see the module docstring)."""
     if isinstance(ending, Refused):
-        _log_buried(outcome, context["queue"], ending.reason)
+        _log_buried(outcome, job.queue, ending.reason)
     elif isinstance(ending, Skipped):
-        _event(logging.INFO, "job.skipped", context, "skipped: its batch was cancelled")
+        _event(logging.INFO, "job.skipped", job, "skipped: its batch was cancelled")
     elif isinstance(ending, Expired):
-        _event(logging.INFO, "job.expired", context, "expired: %s", outcome.reason)
+        _event(logging.INFO, "job.expired", job, "expired: %s", outcome.reason)
     elif isinstance(ending, HeldBack):
         message = "held back for %.1fs: %s"
-        _event(logging.INFO, "job.deferred", context, message, ending.seconds, ending.reason)
+        _event(logging.INFO, "job.deferred", job, message, ending.seconds, ending.reason)
     elif isinstance(ending, NotStarted):
-        _event(logging.WARNING, "job.cancelled", context, "cancelled before it started")
+        _event(logging.WARNING, "job.cancelled", job, "cancelled before it started")
     elif outcome.kind is Kind.CANCELLED:
         ms = (took or 0.0) * 1000
         message = "cancelled after %.1f ms: %s"
         fields = {"duration_ms": ms, "error": outcome.error}
-        _event(logging.WARNING, "job.cancelled", context, message, ms, outcome.reason, **fields)
+        _event(logging.WARNING, "job.cancelled", job, message, ms, outcome.reason, **fields)
     elif outcome.kind is Kind.DONE:
         ms = (took or 0.0) * 1000
-        _event(logging.INFO, "job.done", context, "done in %.1f ms", ms, duration_ms=ms)
+        _event(logging.INFO, "job.done", job, "done in %.1f ms", ms, duration_ms=ms)
     else:
-        _log_failure(outcome, context, took or 0.0)
+        _log_failure(outcome, job, took or 0.0)
 
 
-def _log_failure(outcome: Outcome, context: dict[str, Any], seconds: float) -> None:
+def _log_failure(outcome: Outcome, job: FetchedJob, seconds: float) -> None:
     """The failure's end line: ``job.retry``, ``job.dead`` or ``job.failed`` (dropped)."""
     took = seconds * 1000
     fields = {"duration_ms": took, "error": outcome.error}
@@ -290,7 +297,7 @@ def _log_failure(outcome: Outcome, context: dict[str, Any], seconds: float) -> N
         _event(
             logging.WARNING,
             "job.retry",
-            context,
+            job,
             "failed after %.1f ms: %s; retry %s in %.0fs",
             took,
             outcome.reason,
@@ -300,7 +307,7 @@ def _log_failure(outcome: Outcome, context: dict[str, Any], seconds: float) -> N
         )
     elif outcome.kind is Kind.DEAD:
         message = "failed after %.1f ms, dead: %s"
-        _event(logging.ERROR, "job.dead", context, message, took, outcome.reason, **fields)
+        _event(logging.ERROR, "job.dead", job, message, took, outcome.reason, **fields)
     else:
         message = "failed after %.1f ms, dropped (retry off): %s"
-        _event(logging.WARNING, "job.failed", context, message, took, outcome.reason, **fields)
+        _event(logging.WARNING, "job.failed", job, message, took, outcome.reason, **fields)

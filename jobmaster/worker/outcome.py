@@ -414,14 +414,15 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         lock_action = "extend" if outcome.kind in ("retry", "deferred") else "release"
         lock_ttl = round(max(0.0, outcome.score - now)) + LOCK_TTL
     limits = ctx.dead_limits
-    ended = outcome.status in results.ENDED
+    status, tracking = outcome.status, ctx.status_ttl  # each read once: per job
+    ended = status in results.ENDED
     # An end is kept the job's result_ttl, its status, attempts and result alike.
-    status_ttl = (outcome.result_ttl if ended else None) or ctx.status_ttl
+    status_ttl = (outcome.result_ttl if ended else None) or tracking
     error_class, _, error_message = outcome.error.partition(": ")
     attempt = {
         "started_at": outcome.started_at,
         "ended_at": outcome.ended_at,
-        "outcome": outcome.status,
+        "outcome": status,
         "error_class": error_class or None,
         "error_message": error_message or None,
         "worker": ctx.name,
@@ -444,16 +445,16 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         score=outcome.score,
         dead_cap=limits.max_jobs,
         dead_cutoff=limits.cutoff(now),
-        status=outcome.status if ctx.status_ttl else "",
+        status=status if tracking else "",
         attempt=json.dumps(attempt) if ran else "",
         status_ttl=status_ttl or 1,
         lock_action=lock_action,
         jid=outcome.jid,
         lock_ttl=lock_ttl,
         result_key=keys.result(outcome.jid),
-        result=outcome.result if ctx.status_ttl and outcome.result is not None else b"",
+        result=outcome.result if tracking and outcome.result is not None else b"",
         # An end wakes whoever waits in jobmaster.result (results.py).
-        ended_channel=keys.ended_channel(outcome.jid) if ctx.status_ttl and ended else "",
+        ended_channel=keys.ended_channel(outcome.jid) if tracking and ended else "",
     )
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1
@@ -473,7 +474,7 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         # Built once, like the stored payload: a retried call pushes the same
         # next step (same jid), which the script pushes only once anyway.
         script = ctx.scripts.finish_step
-        step = workflow_step(keys, outcome.kind, outcome.workflow, bool(ctx.status_ttl))
+        step = workflow_step(keys, outcome.kind, outcome.workflow, bool(tracking))
     resent = False
     call: ScriptCall = finish if step is None else FinishStep(finish, step)
     while True:
