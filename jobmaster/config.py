@@ -22,8 +22,9 @@ from croniter import croniter
 from jobmaster.cpus import usable_cpus
 from jobmaster.errors import ConfigError
 from jobmaster.payload import check_json
-from jobmaster.redis_target import RedisTarget, checked_settings
-from jobmaster.settings import SETTINGS, Parser, boolean, mask_url, number, queue_name
+from jobmaster.redis_checks import checked_settings
+from jobmaster.redis_target import RedisTarget, mask_url
+from jobmaster.settings import SETTINGS, Parser, boolean, number, queue_name
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -19,9 +19,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import urlsplit
 
-from jobmaster.redis_target import split_address
+from jobmaster.redis_target import mask_url, split_address
 
 Parser = Callable[[object], Any]
 
@@ -61,37 +61,6 @@ class Setting:
         """The long CLI flag (``--processes``), used to name it in errors."""
         longs = [flag for flag in self.cli if flag.startswith("--")]
         return longs[0] if longs else None
-
-
-def mask_url(url: str) -> str:
-    """Return ``url`` with its password replaced by ``***``.
-
-    Error messages and logs echo Redis URLs; a password pasted into a CI log
-    or a bug report is a leaked password. ``urlsplit`` is not trusted here: a
-    password with an unencoded ``#``, ``/``, ``?`` or ``@`` makes it see no
-    password at all (``#`` starts a fragment, ``/`` ends the netloc), and the
-    URL was printed whole. So the userinfo is everything up to the *last*
-    ``@`` (too much is masked when the query holds an ``@``, never too
-    little), and the query runs to the end (a Redis URL has no fragment).
-    """
-    scheme, slashes, rest = url.partition("://")
-    if slashes:
-        userinfo, at, hostinfo = rest.rpartition("@")
-        if at and ":" in userinfo:
-            rest = f"{userinfo.partition(':')[0]}:***@{hostinfo}"
-    # redis-py also reads a password from the query string: ``?password=...``.
-    address, mark, query = rest.partition("?")
-    return scheme + slashes + address + mark + _mask_query(query)
-
-
-def _mask_query(query: str) -> str:
-    """``query`` with the value of each ``password=`` field replaced by ``***``."""
-    fields = query.split("&")
-    for index, item in enumerate(fields):
-        name = item.partition("=")[0]
-        if unquote_plus(name).strip().lower() == "password":
-            fields[index] = f"{name}=***"
-    return "&".join(fields)
 
 
 # --- parsers -----------------------------------------------------------------

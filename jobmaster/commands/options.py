@@ -23,7 +23,8 @@ from jobmaster.commands.output import echo
 from jobmaster.config import Config, load_config
 from jobmaster.errors import ConfigError, JobmasterError
 from jobmaster.proctitle import set_title
-from jobmaster.settings import SETTINGS, mask_url
+from jobmaster.redis_target import mask_url
+from jobmaster.settings import SETTINGS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
