@@ -25,6 +25,7 @@ from jobmaster.connection import connect, describe_error
 from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
+from jobmaster.queue_names import queue_name
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Push, PushUnique, Scripts
 
@@ -105,13 +106,18 @@ class Client:
             raise TypeError(f"{job}: 'args' must be a list")
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"{job}: 'kwargs' must be a dict")
+        queue = item.get("queue", "default")
+        try:
+            queue_name(queue)  # the config's rule: a queue no worker can name is refused here
+        except ValueError as error:
+            raise ValueError(f"{job}: 'queue' {error}") from None
         extra = {k: v for k, v in item.items() if k not in PUSH_FIELDS}
         wire.check_json(extra, f"{job}: extra fields")
         if "retry" in item:
             # Without it the worker applies the job's own ``retry`` option: a
             # producer that doesn't import the job shouldn't override it.
             extra["retry"] = item["retry"]
-        return wire.build(job, args, kwargs, queue=str(item.get("queue", "default")), extra=extra)
+        return wire.build(job, args, kwargs, queue=queue, extra=extra)
 
     # -- payloads, for the job API ---------------------------------------
     def push_payloads(

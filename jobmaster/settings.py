@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from jobmaster import queue_names
 from jobmaster.redis_target import mask_url, split_address
 
 Parser = Callable[[object], Any]
@@ -192,11 +193,12 @@ def modules(value: object) -> list[str]:
     return names
 
 
-def queue_name(name: str) -> str:
-    """A queue name: ``:`` would read as a weight, ``,`` as a list, spaces are typos."""
-    if not name or any(char in ":," or char.isspace() for char in name):
-        raise ValueError(f"queue names must be non-empty without ':', ',' or spaces, got {name!r}")
-    return name
+def queue_name(name: object) -> str:
+    """A queue name, by the one rule of queue_names.py."""
+    try:
+        return queue_names.queue_name(name)
+    except ValueError as error:
+        raise ValueError(f"queue names {error}") from None
 
 
 def queues(value: object) -> list[str]:

@@ -36,10 +36,10 @@ import redis
 from jobmaster import payload as wire
 from jobmaster.current import running_job
 from jobmaster.errors import JobCancelled, JobTimeout
-from jobmaster.job import JobFunction
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as hooks
 from jobmaster.middleware.base import Defer, JobContext
+from jobmaster.registry import RegisteredJob
 from jobmaster.scripts import Scripts, Unlock
 from jobmaster.worker.acks import Acks
 from jobmaster.worker.cancels import CancelWatch
@@ -138,7 +138,7 @@ class Executor:
             return NotStarted()  # a local look: no round trip
         return None
 
-    def _call(self, job: FetchedJob, function: JobFunction[..., Any]) -> tuple[Ran, float]:
+    def _call(self, job: FetchedJob, function: RegisteredJob) -> tuple[Ran, float]:
         """Call the job's function under its timeout: how it ended, and how long
         it took (seconds)."""
         started = time.monotonic()

@@ -26,7 +26,8 @@ from typing import Any, TypedDict, cast
 
 from jobmaster import crypto, expiry, registry
 from jobmaster import payload as wire
-from jobmaster.job import JobFunction, JobOptions
+from jobmaster.job_options import JobOptions
+from jobmaster.registry import RegisteredJob
 from jobmaster.unique import UNTIL_EXECUTED, UNTIL_STARTED
 from jobmaster.worker.fetch import Unit
 from jobmaster.workflows.steps import Step, step_of
@@ -67,7 +68,7 @@ NO_OPTIONS = JobOptions()
 class FetchedJob:
     unit: Unit  # the entry as stored (FINISH names it) and its queue
     payload: Payload
-    function: JobFunction[..., Any] | None
+    function: RegisteredJob | None
     arguments: Arguments  # opened; the payload itself stays sealed
     refused: str | None  # why it cannot run: buried
     step: Step | None
@@ -137,7 +138,7 @@ class FetchedJob:
         return {"jid": self.jid, "job": self.name, "queue": self.queue}
 
 
-def timeout_of(payload: Payload, function: JobFunction[..., Any] | None) -> float | None:
+def timeout_of(payload: Payload, function: RegisteredJob | None) -> float | None:
     """The payload's ``timeout`` (from ``.options()``), else the job's own."""
     value = payload.get("timeout")
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
