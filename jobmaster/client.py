@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from jobmaster import crypto, results
+from jobmaster import crypto, environment, results
 from jobmaster import payload as wire
 from jobmaster.connection import connect, describe_error
 from jobmaster.errors import EnqueueError
@@ -32,15 +32,9 @@ from jobmaster.scripts import Push, PushUnique, Scripts
 if TYPE_CHECKING:
     from jobmaster.config import Config
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_STATUS_TTL = 86400.0
 BULK_CHUNK = 1000  # payloads per PUSH call: one round trip per chunk
 PUSH_FIELDS = {"job", "args", "kwargs", "queue", "retry", "at"}
-
-
-def url_from_environment() -> str:
-    """JOBMASTER_REDIS_URL, else REDIS_URL (Heroku's add-ons set it), else local."""
-    return os.environ.get("JOBMASTER_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
 
 
 class Client:
@@ -55,7 +49,7 @@ class Client:
         connection: redis.Redis | None = None,
         status_ttl: float = DEFAULT_STATUS_TTL,
     ) -> None:
-        self.redis = connection or connect(redis_url or url_from_environment(), data_dir=data_dir)
+        self.redis = connection or connect(redis_url or environment.redis_url(), data_dir=data_dir)
         self.keys = Keys(namespace)
         self.scripts = Scripts(self.redis)
         self.status_ttl = round(status_ttl)  # 0: status tracking off

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
+from jobmaster.environment import env_value
 from jobmaster.errors import ConfigError
 from jobmaster.redis_target import mask_url
 from jobmaster.settings import SETTINGS
@@ -39,9 +40,9 @@ class _Sources:
         setting = self.settings[key]
         if self.overrides.get(key) not in (None, [], ()):
             return f"option {setting.option or key}"
-        for var in setting.env_vars:
-            if self.env.get(var, "").strip():
-                return f"environment {var}"
+        found = env_value(setting.env_vars, self.env)
+        if found is not None:
+            return f"environment {found[0]}"
         return self.file_label or "the default"
 
     def refuse(self, key: str, message: str) -> NoReturn:

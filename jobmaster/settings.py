@@ -22,7 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jobmaster import queue_names
-from jobmaster.redis_target import mask_url, split_address
+from jobmaster.environment import REDIS_URL_VARS
+from jobmaster.redis_target import DEFAULT_URL, mask_url, split_address
 
 Parser = Callable[[object], Any]
 
@@ -445,11 +446,11 @@ _ALL = [
     ),
     Setting(
         name="redis_url",
-        default="redis://127.0.0.1:6379/0",
+        default=DEFAULT_URL,
         help='Redis to use, or "embedded" to run a private redis-server in data_dir.',
         parse=redis_url,
-        env="JOBMASTER_REDIS_URL",
-        env_fallbacks=("REDIS_URL",),
+        env=REDIS_URL_VARS[0],
+        env_fallbacks=REDIS_URL_VARS[1:],
         cli=("--redis-url",),
         metavar="URL",
     ),
