@@ -24,7 +24,7 @@ from jobmaster import payload as wire
 from jobmaster.connection import connect, describe_error
 from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
-from jobmaster.middleware import base as hooks
+from jobmaster.middleware import base as middleware
 from jobmaster.queue_names import queue_name
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Push, PushUnique, Scripts
@@ -126,7 +126,7 @@ class Client:
         ``pipe``: a MULTI pipeline holding other commands that must happen
         with the push (a chain's hash), for a push now; it is executed with the
         push, and not at all if the client middleware dropped every payload."""
-        batch = [p for p in map(hooks.before_enqueue, payloads) if p is not None]
+        batch = [p for p in map(middleware.before_enqueue, payloads) if p is not None]
         if not batch:
             return []
         try:
@@ -143,7 +143,7 @@ class Client:
 
     def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
         """Push one unique job unless a job holds its lock (see unique.py); True if pushed."""
-        changed = hooks.before_enqueue(payload)
+        changed = middleware.before_enqueue(payload)
         if changed is None:
             return False
         payload = changed

@@ -37,7 +37,7 @@ from jobmaster import payload as wire
 from jobmaster.current import running_job
 from jobmaster.errors import JobCancelled, JobTimeout
 from jobmaster.keys import Keys
-from jobmaster.middleware import base as hooks
+from jobmaster.middleware import base as middleware
 from jobmaster.middleware.base import Defer, JobContext
 from jobmaster.registry import RegisteredJob
 from jobmaster.scripts import Scripts, Unlock
@@ -109,14 +109,14 @@ class Executor:
         function = job.function
         if function is None or job.refused is not None:
             return self._end(job, Refused(job.refused or "not registered"), started)
-        chain = [*hooks.installed(), *job.options.middleware]
+        chain = [*middleware.installed(), *job.options.middleware]
         around = None
         if chain:
             around = JobContext(
                 job.wire, job.queue, self.worker, self.client, self.keys, self.scripts
             )
             try:
-                hooks.before_process(chain, around)
+                middleware.before_process(chain, around)
             except Defer as held:
                 return self._end(job, HeldBack(held.seconds, str(held)), started)
         _event(logging.INFO, "job.start", job.log_context(), "start")
@@ -125,7 +125,7 @@ class Executor:
         ending, took = self._call(job, function)
         outcome = self._end(job, ending, started, took)
         if around is not None:
-            hooks.after_process(chain, around, ending.error)
+            middleware.after_process(chain, around, ending.error)
         return outcome
 
     def _not_to_run(self, job: FetchedJob, now: float) -> Expired | Skipped | NotStarted | None:
