@@ -387,11 +387,8 @@ def test_metrics_settings_parse_and_refuse() -> None:
 
 def test_the_children_gauge_names_every_state_of_the_supervisor() -> None:
     # collector.py spells the states (metrics does not import the supervisor):
-    # a state added to supervisor/children.py (its upper-case string constants)
-    # must be added there too.
+    # a state added to supervisor/children.py's ChildState must be added there too.
     from jobmaster.metrics.collector import CHILD_STATES
-    from jobmaster.supervisor import children
+    from jobmaster.supervisor.children import ChildState
 
-    states = {v for k, v in vars(children).items() if k.isupper() and isinstance(v, str)}
-    assert {"starting", "running", "stopping"} <= states
-    assert sorted(CHILD_STATES) == sorted(states)
+    assert sorted(CHILD_STATES) == sorted(state.value for state in ChildState)
