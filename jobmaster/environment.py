@@ -5,9 +5,9 @@ client (``job.enqueue`` without ``configure``) read ``JOBMASTER_REDIS_URL``
 and ``REDIS_URL`` itself, with its own rule: a blank ``JOBMASTER_REDIS_URL=" "``
 (a Compose file's ``VAR= ``) hid ``REDIS_URL`` from the producer but not
 from the workers, so the two could talk to different Redis servers. Both,
-and the config's error messages that name where a value came from, now ask
-``env_value``: the first variable of a setting's list set to a non-blank
-value wins.
+and the config's error messages that name where a value came from, and a
+producer's ``JOBMASTER_SECRET_KEY`` (crypto.py) now ask ``env_value``: the
+first variable of a setting's list set to a non-blank value wins.
 
 Precedence, strongest first: the CLI option or ``configure()`` argument,
 then these variables, then the config file (workers only), then the default.
