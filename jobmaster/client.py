@@ -19,27 +19,22 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from jobmaster import crypto, results
+from jobmaster import crypto, environment, results
 from jobmaster import payload as wire
 from jobmaster.connection import connect, describe_error
 from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
-from jobmaster.middleware import base as hooks
+from jobmaster.middleware import base as middleware
+from jobmaster.queue_names import queue_name
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Push, PushUnique, Scripts
 
 if TYPE_CHECKING:
     from jobmaster.config import Config
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_STATUS_TTL = 86400.0
 BULK_CHUNK = 1000  # payloads per PUSH call: one round trip per chunk
 PUSH_FIELDS = {"job", "args", "kwargs", "queue", "retry", "at"}
-
-
-def url_from_environment() -> str:
-    """JOBMASTER_REDIS_URL, else REDIS_URL (Heroku's add-ons set it), else local."""
-    return os.environ.get("JOBMASTER_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
 
 
 class Client:
@@ -54,7 +49,7 @@ class Client:
         connection: redis.Redis | None = None,
         status_ttl: float = DEFAULT_STATUS_TTL,
     ) -> None:
-        self.redis = connection or connect(redis_url or url_from_environment(), data_dir=data_dir)
+        self.redis = connection or connect(redis_url or environment.redis_url(), data_dir=data_dir)
         self.keys = Keys(namespace)
         self.scripts = Scripts(self.redis)
         self.status_ttl = round(status_ttl)  # 0: status tracking off
@@ -105,13 +100,18 @@ class Client:
             raise TypeError(f"{job}: 'args' must be a list")
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"{job}: 'kwargs' must be a dict")
+        queue = item.get("queue", "default")
+        try:
+            queue_name(queue)  # the config's rule: a queue no worker can name is refused here
+        except ValueError as error:
+            raise ValueError(f"{job}: 'queue' {error}") from None
         extra = {k: v for k, v in item.items() if k not in PUSH_FIELDS}
         wire.check_json(extra, f"{job}: extra fields")
         if "retry" in item:
             # Without it the worker applies the job's own ``retry`` option: a
             # producer that doesn't import the job shouldn't override it.
             extra["retry"] = item["retry"]
-        return wire.build(job, args, kwargs, queue=str(item.get("queue", "default")), extra=extra)
+        return wire.build(job, args, kwargs, queue=queue, extra=extra)
 
     # -- payloads, for the job API ---------------------------------------
     def push_payloads(
@@ -126,7 +126,7 @@ class Client:
         ``pipe``: a MULTI pipeline holding other commands that must happen
         with the push (a chain's hash), for a push now; it is executed with the
         push, and not at all if the client middleware dropped every payload."""
-        batch = [p for p in map(hooks.before_enqueue, payloads) if p is not None]
+        batch = [p for p in map(middleware.before_enqueue, payloads) if p is not None]
         if not batch:
             return []
         try:
@@ -143,7 +143,7 @@ class Client:
 
     def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
         """Push one unique job unless a job holds its lock (see unique.py); True if pushed."""
-        changed = hooks.before_enqueue(payload)
+        changed = middleware.before_enqueue(payload)
         if changed is None:
             return False
         payload = changed

@@ -20,10 +20,12 @@ from typing import Any
 from croniter import croniter
 
 from jobmaster.cpus import usable_cpus
+from jobmaster.environment import env_value
 from jobmaster.errors import ConfigError
 from jobmaster.payload import check_json
-from jobmaster.redis_target import RedisTarget, checked_settings
-from jobmaster.settings import SETTINGS, Parser, boolean, mask_url, number, queue_name
+from jobmaster.redis_checks import checked_settings
+from jobmaster.redis_target import RedisTarget, mask_url
+from jobmaster.settings import SETTINGS, Parser, boolean, number, queue_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -216,17 +218,14 @@ def _file_values(data: Mapping[str, Any], label: str) -> dict[str, Any]:
 def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
     values = {}
     for name, setting in SETTINGS.items():
-        for var in setting.env_vars:
-            raw = env.get(var, "")
-            # An empty variable (``VAR=`` in a .env file or a Compose file) is
-            # taken as unset rather than as an invalid value.
-            if not raw.strip():
-                continue
-            try:
-                values[name] = setting.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(f"environment {var}: {exc}") from None
-            break  # the first variable set wins: JOBMASTER_REDIS_URL over REDIS_URL
+        found = env_value(setting.env_vars, env)  # JOBMASTER_REDIS_URL over REDIS_URL
+        if found is None:
+            continue
+        var, raw = found
+        try:
+            values[name] = setting.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"environment {var}: {exc}") from None
     return values
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import secrets as random
 import threading
 from collections.abc import Mapping, Sequence
@@ -38,6 +37,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from jobmaster import payload as wire
+from jobmaster.environment import env_value
 from jobmaster.errors import ConfigError, JobmasterError
 
 VERSION = "jm1"
@@ -183,9 +183,8 @@ def keyring() -> Keyring:
         if _keyring is None:
             from jobmaster.settings import SETTINGS  # the table is not a producer's import
 
-            variable = SETTINGS["secret_key"].env or "JOBMASTER_SECRET_KEY"
-            raw = os.environ.get(variable, "")
-            _keyring = Keyring(_parse(raw, f"environment {variable}") if raw.strip() else [])
+            found = env_value(SETTINGS["secret_key"].env_vars)  # the config's rule
+            _keyring = Keyring(_parse(found[1], f"environment {found[0]}") if found else [])
         return _keyring
 
 

@@ -22,7 +22,7 @@ from jobmaster import liveness, registry
 from jobmaster import payload as wire
 from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
-from jobmaster.hooks import ON_FAILURE
+from jobmaster.failure_hook import ON_FAILURE
 from jobmaster.keys import Keys
 from jobmaster.scripts import Bury, BuryStep, Scripts, Transfer
 from jobmaster.unique import MODES
@@ -221,7 +221,7 @@ class Recovery:
         return moved
 
     def _failure_hook(self, entry: dict[str, Any], reason: str) -> dict[str, Any] | None:
-        """The job running its on_failure hook (see hooks.py): only a worker may run it.
+        """The job running its on_failure hook (see failure_hook.py): only a worker may run it.
 
         None when this process knows the job (preloaded) and it has no hook;
         a master that did not preload the app cannot tell, and queues it anyway.

@@ -3,31 +3,22 @@
 ``RedisTarget`` gathers every setting that shapes a connection, so the
 master, its children, producers and the CLI build theirs from one value
 (``connection.connect`` turns it into a client) and cannot disagree on, say,
-the CA file. ``checked_settings`` refuses at load time a missing TLS file
-and the settings that only make sense together, naming the key and where
-it was set, before anything is forked.
+the CA file. The load-time checks of these settings are in redis_checks.py.
 
-The settings module is imported lazily: producers import this module
-through the client, and they do not need the whole settings table.
+This module sits below settings.py (which parses addresses with
+``split_address``) and config.py: it imports neither, so producers that
+reach it through the client do not load the whole settings table, and no
+function-level import is needed to dodge a cycle.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import parse_qs, urlsplit
-
-from jobmaster.errors import ConfigError
-
-if TYPE_CHECKING:
-    from jobmaster.config import Config
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-FILE_KEYS = ("redis_ssl_ca_certs", "redis_ssl_certfile", "redis_ssl_keyfile")
-TLS_KEYS = (*FILE_KEYS, "redis_ssl_cert_reqs")
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")  # a name, an IPv4 or a [IPv6]
 _PORT = re.compile(r"[0-9]{1,5}")
 
@@ -40,6 +31,64 @@ def split_address(text: str) -> tuple[str, int]:
     if not 1 <= int(port) <= 65535:
         raise ValueError(f"port must be 1 to 65535, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def mask_url(url: str) -> str:
+    """Return ``url`` with its password replaced by ``***``.
+
+    Error messages and logs echo Redis URLs; a password pasted into a CI log
+    or a bug report is a leaked password. ``urlsplit`` is not trusted here: a
+    password with an unencoded ``#``, ``/``, ``?`` or ``@`` makes it see no
+    password at all (``#`` starts a fragment, ``/`` ends the netloc), and the
+    URL was printed whole. So the userinfo is everything up to the *last*
+    ``@`` (too much is masked when the query holds an ``@``, never too
+    little), and the query runs to the end (a Redis URL has no fragment).
+    """
+    scheme, slashes, rest = url.partition("://")
+    if slashes:
+        userinfo, at, hostinfo = rest.rpartition("@")
+        if at and ":" in userinfo:
+            rest = f"{userinfo.partition(':')[0]}:***@{hostinfo}"
+    # redis-py also reads a password from the query string: ``?password=...``.
+    address, mark, query = rest.partition("?")
+    return scheme + slashes + address + mark + _mask_query(query)
+
+
+def _mask_query(query: str) -> str:
+    """``query`` with the value of each ``password=`` field replaced by ``***``."""
+    fields = query.split("&")
+    for index, item in enumerate(fields):
+        name = item.partition("=")[0]
+        if unquote_plus(name).strip().lower() == "password":
+            fields[index] = f"{name}=***"
+    return "&".join(fields)
+
+
+class RedisSettings(Protocol):
+    """What a target is built from: the Redis part of a loaded ``Config``."""
+
+    @property
+    def redis_url(self) -> str: ...
+    @property
+    def data_dir(self) -> str: ...
+    @property
+    def redis_username(self) -> str: ...
+    @property
+    def redis_password(self) -> str: ...
+    @property
+    def redis_ssl_ca_certs(self) -> str: ...
+    @property
+    def redis_ssl_certfile(self) -> str: ...
+    @property
+    def redis_ssl_keyfile(self) -> str: ...
+    @property
+    def redis_ssl_cert_reqs(self) -> str: ...
+    @property
+    def redis_sentinels(self) -> list[str]: ...
+    @property
+    def redis_sentinel_master(self) -> str: ...
+    @property
+    def redis_sentinel_password(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +113,7 @@ class RedisTarget:
     sentinel_password: str = field(default="", repr=False)
 
     @classmethod
-    def of(cls, config: Config) -> RedisTarget:
+    def of(cls, config: RedisSettings) -> RedisTarget:
         """The target a loaded config describes."""
         return cls(
             url=config.redis_url,
@@ -90,8 +139,6 @@ class RedisTarget:
 
     def shown(self) -> str:
         """What logs and errors say about this target: no password, ever."""
-        from jobmaster.settings import mask_url
-
         if not self.sentinels:
             return mask_url(self.url)
         tls = ", TLS" if self.uses_tls else ""
@@ -143,121 +190,3 @@ def _database(url: str) -> int:
         return int(query[0] if query else (parts.path.strip("/") or 0))
     except ValueError:
         return 0
-
-
-# --- checks at load time ---------------------------------------------------------
-
-
-class _Sources:
-    """Where the value in force of each setting was set, to name it in an error."""
-
-    def __init__(
-        self, file_label: str | None, env: Mapping[str, str], overrides: Mapping[str, Any]
-    ) -> None:
-        from jobmaster.settings import SETTINGS
-
-        self.settings = SETTINGS
-        self.file_label = file_label
-        self.env = env
-        self.overrides = overrides
-
-    def of(self, key: str) -> str:
-        """An option, a variable, the file, or the default."""
-        setting = self.settings[key]
-        if self.overrides.get(key) not in (None, [], ()):
-            return f"option {setting.option or key}"
-        for var in setting.env_vars:
-            if self.env.get(var, "").strip():
-                return f"environment {var}"
-        return self.file_label or "the default"
-
-    def refuse(self, key: str, message: str) -> NoReturn:
-        where = self.of(key)
-        prefix = f"{where}: {key!r}" if where == self.file_label else f"{where}: {key}"
-        raise ConfigError(f"{prefix} {message}")
-
-
-def checked_settings(
-    values: Mapping[str, Any],
-    *,
-    base: str,
-    file_label: str | None,
-    env: Mapping[str, str],
-    overrides: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The TLS files of ``values``, checked and made absolute; ``ConfigError`` for a
-    missing one or for Redis settings that contradict each other.
-
-    A relative path in the file is read from the file's folder, as
-    ``data_dir`` is; from the environment, from the working directory. Each
-    error blames one key that was set on purpose, and says where it was set.
-    """
-    sources = _Sources(file_label, env, overrides)
-    files = {}
-    for key in FILE_KEYS:
-        if values[key]:
-            folder = base if sources.of(key) == file_label else os.getcwd()
-            files[key] = _readable(str(values[key]), folder, key, sources)
-    _check_combinations(values, sources)
-    return files
-
-
-def _readable(text: str, folder: str, key: str, sources: _Sources) -> str:
-    """``text`` as an absolute path to a file this process can read.
-
-    Checked now so that a mistyped certificate path is a config error naming
-    the key, not a TLS failure in every child; absolute so that every process
-    opens the same file, whatever its working directory.
-    """
-    try:
-        full = os.path.abspath(os.path.join(folder, os.path.expanduser(text)))
-    except ValueError:  # a name the file system cannot encode
-        sources.refuse(key, f"must be the path of a readable file, got {text!r}")
-    if not os.path.isfile(full):
-        sources.refuse(key, f"must be the path of a readable file, got {text!r}: no file {full!r}")
-    if not os.access(full, os.R_OK):
-        sources.refuse(key, f"must be the path of a readable file, got {text!r}: cannot read it")
-    return full
-
-
-def _check_combinations(values: Mapping[str, Any], sources: _Sources) -> None:
-    from jobmaster.settings import mask_url
-
-    url = str(values["redis_url"])
-    scheme = "embedded" if url == "embedded" else urlsplit(url).scheme.lower()
-    tls_set = [key for key in TLS_KEYS if values[key] != sources.settings[key].default]
-    if tls_set and scheme != "rediss":
-        # A forgotten "s" would send the password in clear to a server that
-        # the operator meant to reach over TLS.
-        sources.refuse(
-            tls_set[0],
-            f"is a TLS setting: it needs a rediss:// redis_url, got {mask_url(url)} "
-            f"(from {sources.of('redis_url')})",
-        )
-    if values["redis_ssl_keyfile"] and not values["redis_ssl_certfile"]:
-        sources.refuse("redis_ssl_keyfile", "needs redis_ssl_certfile, the certificate of that key")
-    if values["redis_sentinels"] and scheme not in ("redis", "rediss"):
-        sources.refuse(
-            "redis_sentinels",
-            "need a redis:// or rediss:// redis_url (for the database, user and password), "
-            f"got {mask_url(url)}",
-        )
-    in_url = _credentials_in(url) if scheme in ("redis", "rediss", "unix") else set()
-    for key, what in (("redis_username", "user"), ("redis_password", "password")):
-        if values[key] and what in in_url:
-            sources.refuse(key, f"is set and redis_url has a {what} too: keep one of them")
-
-
-def _credentials_in(url: str) -> set[str]:
-    """Which of "user" and "password" a URL carries (redis-py also reads ``?password=``)."""
-    try:
-        parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        found = set()
-        if parts.username or query.get("username"):
-            found.add("user")
-        if parts.password or query.get("password"):
-            found.add("password")
-        return found
-    except ValueError:
-        return set()

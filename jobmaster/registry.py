@@ -8,15 +8,27 @@ who can write to Redis run ``os.system``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from jobmaster.job import JobFunction
-
-_JOBS: dict[str, JobFunction[..., Any]] = {}
+from jobmaster.job_options import JobOptions
 
 
-def register(job: JobFunction[..., Any]) -> None:
+class RegisteredJob(Protocol):
+    """What the registry keeps of a job (job.py's ``JobFunction``) and its readers use."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def func(self) -> Callable[..., Any]: ...
+    @property
+    def job_options(self) -> JobOptions: ...
+
+
+_JOBS: dict[str, RegisteredJob] = {}
+
+
+def register(job: RegisteredJob) -> None:
     """Add a job; a second, different function under the same name is an error.
 
     Re-registering the same function (a module imported twice, a reload) is
@@ -36,7 +48,7 @@ def register(job: JobFunction[..., Any]) -> None:
     _JOBS[job.name] = job
 
 
-def lookup(name: object) -> JobFunction[..., Any] | None:
+def lookup(name: object) -> RegisteredJob | None:
     """The registered job of that name, or None."""
     return _JOBS.get(name) if isinstance(name, str) else None
 

@@ -749,7 +749,7 @@ class Transfer(ScriptCall):
 # BURY: TRANSFER of a job to the dead set by recovery (a poison pill, or an
 # entry that is not a valid payload), with what its burial entails, in the
 # same step: its unique lock released (it will not run again) and its
-# on_failure hook job pushed (hooks.py: only a worker may run it). As three
+# on_failure hook job pushed (failure_hook.py: only a worker may run it). As three
 # round trips, a crash between them left the lock held until its TTL (no
 # such job could be enqueued) or the hook never run.
 # KEYS[1..4] and ARGV[1..11] as TRANSFER (target the dead set, ARGV[4]

@@ -19,9 +19,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import urlsplit
 
-from jobmaster.redis_target import split_address
+from jobmaster import queue_names
+from jobmaster.environment import REDIS_URL_VARS
+from jobmaster.redis_target import DEFAULT_URL, mask_url, split_address
 
 Parser = Callable[[object], Any]
 
@@ -61,37 +63,6 @@ class Setting:
         """The long CLI flag (``--processes``), used to name it in errors."""
         longs = [flag for flag in self.cli if flag.startswith("--")]
         return longs[0] if longs else None
-
-
-def mask_url(url: str) -> str:
-    """Return ``url`` with its password replaced by ``***``.
-
-    Error messages and logs echo Redis URLs; a password pasted into a CI log
-    or a bug report is a leaked password. ``urlsplit`` is not trusted here: a
-    password with an unencoded ``#``, ``/``, ``?`` or ``@`` makes it see no
-    password at all (``#`` starts a fragment, ``/`` ends the netloc), and the
-    URL was printed whole. So the userinfo is everything up to the *last*
-    ``@`` (too much is masked when the query holds an ``@``, never too
-    little), and the query runs to the end (a Redis URL has no fragment).
-    """
-    scheme, slashes, rest = url.partition("://")
-    if slashes:
-        userinfo, at, hostinfo = rest.rpartition("@")
-        if at and ":" in userinfo:
-            rest = f"{userinfo.partition(':')[0]}:***@{hostinfo}"
-    # redis-py also reads a password from the query string: ``?password=...``.
-    address, mark, query = rest.partition("?")
-    return scheme + slashes + address + mark + _mask_query(query)
-
-
-def _mask_query(query: str) -> str:
-    """``query`` with the value of each ``password=`` field replaced by ``***``."""
-    fields = query.split("&")
-    for index, item in enumerate(fields):
-        name = item.partition("=")[0]
-        if unquote_plus(name).strip().lower() == "password":
-            fields[index] = f"{name}=***"
-    return "&".join(fields)
 
 
 # --- parsers -----------------------------------------------------------------
@@ -223,11 +194,12 @@ def modules(value: object) -> list[str]:
     return names
 
 
-def queue_name(name: str) -> str:
-    """A queue name: ``:`` would read as a weight, ``,`` as a list, spaces are typos."""
-    if not name or any(char in ":," or char.isspace() for char in name):
-        raise ValueError(f"queue names must be non-empty without ':', ',' or spaces, got {name!r}")
-    return name
+def queue_name(name: object) -> str:
+    """A queue name, by the one rule of queue_names.py."""
+    try:
+        return queue_names.queue_name(name)
+    except ValueError as error:
+        raise ValueError(f"queue names {error}") from None
 
 
 def queues(value: object) -> list[str]:
@@ -474,11 +446,11 @@ _ALL = [
     ),
     Setting(
         name="redis_url",
-        default="redis://127.0.0.1:6379/0",
+        default=DEFAULT_URL,
         help='Redis to use, or "embedded" to run a private redis-server in data_dir.',
         parse=redis_url,
-        env="JOBMASTER_REDIS_URL",
-        env_fallbacks=("REDIS_URL",),
+        env=REDIS_URL_VARS[0],
+        env_fallbacks=REDIS_URL_VARS[1:],
         cli=("--redis-url",),
         metavar="URL",
     ),

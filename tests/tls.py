@@ -83,7 +83,30 @@ def _certificate(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+        # Python 3.13's default context verifies with VERIFY_X509_STRICT, which
+        # refuses (as "certificate unknown") a chain without key identifiers or,
+        # for a CA, without keyCertSign: RFC 5280's profile, which real CAs follow.
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(signing_key.public_key()),
+            critical=False,
+        )
     )
+    if issuer is None:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     if usage == "server":
         # The hostname check of the client looks here, not at the common name.
         names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]

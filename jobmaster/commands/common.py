@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from jobmaster.cli import config_options, load, reports_errors
 from jobmaster.client import Client
+from jobmaster.commands.options import config_options, load, reports_errors
 from jobmaster.commands.output import safe
 from jobmaster.config import Config
 from jobmaster.connection import describe_error

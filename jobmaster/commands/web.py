@@ -12,8 +12,8 @@ import ipaddress
 
 import click
 
-from jobmaster.cli import load
 from jobmaster.commands.common import command_options
+from jobmaster.commands.options import load
 from jobmaster.commands.output import echo
 from jobmaster.config import Config
 from jobmaster.errors import ConfigError

@@ -19,14 +19,17 @@ from prometheus_client.registry import Collector
 
 from jobmaster.api.stats import QueueStats
 from jobmaster.metrics.series import Key, Series
-from jobmaster.supervisor.children import QUIET, RETIRING, RUNNING, STARTING, STOPPING
 
 # Why a child was replaced: died (crash), left by itself with exit 0 (exit),
 # recycled over its memory limit or by the container guard (memory), after
 # max_jobs_per_child (max_jobs), stuck in a job past its timeout (timeout),
 # rolling restart (hup). A stop or a TTOU is no restart and is not counted.
 RESTART_REASONS = ("crash", "exit", "memory", "max_jobs", "timeout", "hup")
-CHILD_STATES = (STARTING, RUNNING, QUIET, STOPPING, RETIRING)
+# The label values of jobmaster_children{state=...}: part of /metrics' contract,
+# so spelled here rather than imported from the supervisor (which imports this
+# package). tests/unit/test_metrics.py checks they are exactly the states of
+# supervisor/children.py, so a new state cannot go unreported.
+CHILD_STATES = ("starting", "running", "quiet", "stopping", "retiring")
 
 
 @dataclass

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable, Collection
-from typing import TypeVar
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Protocol, TypeVar
 
 import redis
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
@@ -34,9 +34,27 @@ from jobmaster.metrics.server import PATH, MetricsServer
 from jobmaster.metrics.totals import JobTotals
 from jobmaster.procmem import MB, measure_mb
 from jobmaster.recovery import RecoveryReport
-from jobmaster.supervisor.children import ChildTable
 
 log = logging.getLogger("jobmaster.metrics.hub")
+
+
+class _Child(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+
+
+class Children(Protocol):
+    """What the hub reads of the master's child table (supervisor/children.py's
+    ``ChildTable``), declared here: the supervisor imports metrics, not back."""
+
+    @property
+    def by_pid(self) -> Mapping[int, _Child]: ...
+    def __iter__(self) -> Iterator[_Child]: ...
+
 
 MAX_REPORTS_PER_PASS = 256  # reports read per loop pass: children cannot hold the loop
 MAX_REPORTS_DRAINED = 100_000  # a bound, far above what the socket's buffer holds
@@ -65,7 +83,7 @@ class MetricsHub:
     def __init__(
         self,
         config: Config,
-        children: ChildTable,
+        children: Children,
         wanted: Callable[[], int],
         client: redis.Redis,
     ) -> None:

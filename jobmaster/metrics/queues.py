@@ -39,7 +39,7 @@ from jobmaster.api.stats import QueueStats
 from jobmaster.connection import byte_list
 from jobmaster.keys import Keys
 from jobmaster.metrics.collector import QueueSnapshot
-from jobmaster.scripts import QUEUE_ENDS, QueueEnds
+from jobmaster.scripts import QueueEnds, Scripts
 
 log = logging.getLogger("jobmaster.metrics.queues")
 
@@ -71,7 +71,7 @@ class QueueWatch:
         self.redis = client
         self.keys = Keys(namespace)
         self.own = list(dict.fromkeys(own))[:MAX_QUEUES]  # this master's queues: shown first
-        self._ends = client.register_script(QUEUE_ENDS)
+        self._ends = Scripts(client).queue_ends
         # None: not read yet, or the last read failed (jobmaster_redis_up 0).
         self.latest: QueueSnapshot | None = None
         self._scraped_at = -math.inf

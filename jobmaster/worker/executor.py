@@ -35,10 +35,10 @@ import redis
 from jobmaster import current
 from jobmaster import payload as wire
 from jobmaster.errors import JobCancelled, JobTimeout
-from jobmaster.job import JobFunction
 from jobmaster.keys import Keys
-from jobmaster.middleware import base as hooks
+from jobmaster.middleware import base as middleware
 from jobmaster.middleware.base import Defer, JobContext
+from jobmaster.registry import RegisteredJob
 from jobmaster.scripts import Scripts, Unlock
 from jobmaster.worker.acks import Acks
 from jobmaster.worker.cancels import CancelWatch, Watched
@@ -107,14 +107,14 @@ class Executor:
         function = job.function
         if function is None or job.refused is not None:
             return self._end(job, Refused(job.refused or "not registered"), started)
-        chain = [*hooks.installed(), *job.options.middleware]
+        chain = [*middleware.installed(), *job.options.middleware]
         around = None
         if chain:
             around = JobContext(
                 job.wire, job.queue, self.worker, self.client, self.keys, self.scripts
             )
             try:
-                hooks.before_process(chain, around)
+                middleware.before_process(chain, around)
             except Defer as held:
                 return self._end(job, HeldBack(held.seconds, str(held)), started)
         _event(logging.INFO, "job.start", job, "start")
@@ -123,7 +123,7 @@ class Executor:
         ending, took = self._call(job, function)
         outcome = self._end(job, ending, started, took)
         if around is not None:
-            hooks.after_process(chain, around, ending.error)
+            middleware.after_process(chain, around, ending.error)
         return outcome
 
     def _not_to_run(self, job: FetchedJob, now: float) -> Expired | Skipped | NotStarted | None:
@@ -136,7 +136,7 @@ class Executor:
             return NotStarted()  # a local look: no round trip
         return None
 
-    def _call(self, job: FetchedJob, function: JobFunction[..., Any]) -> tuple[Ran, float]:
+    def _call(self, job: FetchedJob, function: RegisteredJob) -> tuple[Ran, float]:
         """Call the job's function under its timeout: how it ended, and how long
         it took (seconds)."""
         started = time.monotonic()

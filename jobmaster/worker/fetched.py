@@ -26,7 +26,8 @@ from typing import Any, TypedDict, cast
 from jobmaster import crypto, expiry, registry
 from jobmaster import payload as wire
 from jobmaster.frozen import frozen
-from jobmaster.job import JobFunction, JobOptions
+from jobmaster.job_options import JobOptions
+from jobmaster.registry import RegisteredJob
 from jobmaster.unique import UNTIL_EXECUTED, UNTIL_STARTED
 from jobmaster.worker.fetch import Unit
 from jobmaster.workflows.steps import Step, step_of
@@ -72,7 +73,7 @@ class FetchedJob:
     name: str  # the registered job name (the payload's "job")
     queue: str  # where it was fetched from
     payload: Payload
-    function: JobFunction[..., Any] | None
+    function: RegisteredJob | None
     arguments: Arguments  # opened; the payload itself stays sealed
     refused: str | None  # why it cannot run: buried
     step: Step | None
@@ -133,7 +134,7 @@ class FetchedJob:
         return {"jid": self.jid, "job": self.name, "queue": self.queue}
 
 
-def timeout_of(payload: Payload, function: JobFunction[..., Any] | None) -> float | None:
+def timeout_of(payload: Payload, function: RegisteredJob | None) -> float | None:
     """The payload's ``timeout`` (from ``.options()``), else the job's own."""
     value = payload.get("timeout")
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:

@@ -27,7 +27,7 @@ from jobmaster import results
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import JobCancelled, Permanent
 from jobmaster.frozen import frozen
-from jobmaster.job import JobOptions
+from jobmaster.job_options import JobOptions
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
 from jobmaster.worker import returns

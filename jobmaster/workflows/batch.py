@@ -52,7 +52,7 @@ from jobmaster.client import Client, default_client
 from jobmaster.connection import describe_error
 from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
-from jobmaster.middleware import base as hooks
+from jobmaster.middleware import base as middleware
 from jobmaster.scripts import BatchAdd, BatchJob, CallbackTargets
 from jobmaster.workflows.signature import Signature, as_signature
 
@@ -207,7 +207,7 @@ class Batch:
         carried = {"batch_callbacks": {n: list(t) for n, t in targets.items()}}
         jobs: list[BatchJob] = []
         for item in collected:
-            payload = hooks.before_enqueue({**item.payload, "batch": self.bid, **carried})
+            payload = middleware.before_enqueue({**item.payload, "batch": self.bid, **carried})
             if payload is None:
                 continue  # dropped by a client middleware
             later = item.at is not None and item.at > now

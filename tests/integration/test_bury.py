@@ -17,7 +17,7 @@ import redis
 import jobmaster
 from jobmaster.client import Client
 from jobmaster.deadset import DeadSetLimits
-from jobmaster.hooks import ON_FAILURE
+from jobmaster.failure_hook import ON_FAILURE
 from jobmaster.keys import Keys
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery

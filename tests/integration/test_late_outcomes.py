@@ -87,9 +87,11 @@ class StopWhenChecked(threading.Event):
         answer = super().is_set()
         if self.armed and threading.current_thread().name.startswith("jobmaster-processor"):
             self.armed = False
-            self.stopper = threading.Thread(target=self.worker.stop, args=(10.0,))
-            self.stopper.start()
-            self.stopper.join(timeout=1.0)
+            stopper = threading.Thread(target=self.worker.stop, args=(10.0,))
+            stopper.start()
+            # Published once started: the test joins it as soon as it sees it.
+            self.stopper = stopper
+            stopper.join(timeout=1.0)
         return answer
 
 

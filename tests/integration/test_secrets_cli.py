@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from jobmaster.cli import main
 from jobmaster.config import load_config
 from jobmaster.embedded import RedisServerProcess
-from jobmaster.settings import mask_url
+from jobmaster.redis_target import mask_url
 from tests.secrets_check import assert_no_secret
 
 pytestmark = pytest.mark.timeout(60)

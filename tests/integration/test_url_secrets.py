@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from jobmaster.cli import main
 from jobmaster.config import load_config
-from jobmaster.settings import mask_url
+from jobmaster.redis_target import mask_url
 from jobmaster.web import create_app
 from tests.helpers import free_port, wait_until
 from tests.process.conftest import ROOT, jobmaster_command

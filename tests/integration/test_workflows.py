@@ -70,7 +70,13 @@ def test_a_step_failing_for_good_stops_the_chain_and_runs_both_on_failures(
         client=client,
     )
     wait_until(lambda: callbacks(store) == [f"chain-failed:{cid}"], timeout=10)
-    assert store.hget("test:hooks", "failure:2") == b"KeyError"  # the step's own hook
+    # The step's own hook runs after its outcome is recorded, and the recording
+    # enqueued the chain's callback: another thread may run that one first.
+    wait_until(
+        lambda: store.hget("test:hooks", "failure:2") == b"KeyError",
+        timeout=5,
+        message="the step's own on_failure hook ran",
+    )
     holds_for(0.5, lambda: store.llen("test:order") == 2, "a step ran after the failure")
     status = jobmaster.chain_status(cid, client)
     assert status is not None and (status["state"], status["done"]) == ("failed", 1)

@@ -178,6 +178,9 @@ def test_any_value_of_any_setting_loads_or_is_refused_naming_key_and_file(
         assert outcome.processes >= 1
     elif name == "data_dir":  # made absolute, relative to the file
         assert Path(outcome.data_dir).is_absolute()
+    elif name == "pythonpath":  # each made absolute, relative to the file, in order
+        assert len(outcome.pythonpath) == len(expected)
+        assert all(Path(item).is_absolute() for item in outcome.pythonpath)
     else:
         assert getattr(outcome, name) == expected
 

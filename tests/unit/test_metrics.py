@@ -383,3 +383,12 @@ def test_metrics_settings_parse_and_refuse() -> None:
             host(bad)
     assert Config().metrics_port == 0 and Config().metrics_host == "127.0.0.1"
     assert math.isfinite(BUCKETS[-1])
+
+
+def test_the_children_gauge_names_every_state_of_the_supervisor() -> None:
+    # collector.py spells the states (metrics does not import the supervisor):
+    # a state added to supervisor/children.py's ChildState must be added there too.
+    from jobmaster.metrics.collector import CHILD_STATES
+    from jobmaster.supervisor.children import ChildState
+
+    assert sorted(CHILD_STATES) == sorted(state.value for state in ChildState)

@@ -1,5 +1,8 @@
 """Running ``on_failure`` for jobs buried by a supervisor, which runs no job code.
 
+(Named for this one job: "hooks" is left to the process lifecycle hooks, and
+the per-job ``before_*``/``after_*`` hooks are middleware, middleware/base.py.)
+
 A job that keeps killing its worker (a poison pill) is buried by the master
 or by a child being recycled; neither may call the job's hook. They enqueue
 ``jobmaster.on_failure`` instead, a job registered here in every worker,
@@ -16,7 +19,7 @@ from jobmaster import registry
 from jobmaster.errors import PoisonPill
 from jobmaster.job import job
 
-log = logging.getLogger("jobmaster.hooks")
+log = logging.getLogger("jobmaster.failure_hook")
 
 ON_FAILURE = "jobmaster.on_failure"
 
