@@ -277,20 +277,28 @@ def _log_end(outcome: Outcome, ending: Ending, job: FetchedJob, took: float | No
     elif isinstance(ending, NotStarted):
         _event(logging.WARNING, "job.cancelled", job, "cancelled before it started")
     elif outcome.kind is Kind.CANCELLED:
-        ms = (took or 0.0) * 1000
+        ms = _milliseconds(took or 0.0)
         message = "cancelled after %.1f ms: %s"
         fields = {"duration_ms": ms, "error": outcome.error}
         _event(logging.WARNING, "job.cancelled", job, message, ms, outcome.reason, **fields)
     elif outcome.kind is Kind.DONE:
-        ms = (took or 0.0) * 1000
+        ms = _milliseconds(took or 0.0)
         _event(logging.INFO, "job.done", job, "done in %.1f ms", ms, duration_ms=ms)
     else:
         _log_failure(outcome, job, took or 0.0)
 
 
+def _milliseconds(seconds: float) -> float:
+    """A duration as the end line shows it, rounded once: its message (%.1f)
+    and its ``duration_ms`` field are formatted from this one value, so they
+    cannot disagree at a rounding boundary (202.1 in one, 202.15 -> 202.2 in
+    the other)."""
+    return round(seconds * 1000, 3)
+
+
 def _log_failure(outcome: Outcome, job: FetchedJob, seconds: float) -> None:
     """The failure's end line: ``job.retry``, ``job.dead`` or ``job.failed`` (dropped)."""
-    took = seconds * 1000
+    took = _milliseconds(seconds)
     fields = {"duration_ms": took, "error": outcome.error}
     if outcome.kind is Kind.RETRY:
         count = (outcome.stored or {}).get("retry_count")
