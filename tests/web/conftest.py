@@ -15,13 +15,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from starlette.testclient import TestClient
 
+from jobmaster.config import load_config
 from jobmaster.embedded import RedisServerProcess
+from jobmaster.web import create_app
 from tests.process.conftest import run_jobmaster, store, write_config
 from tests.web.browser import ARGS, CHROMIUM, missing
 from tests.web.served import start_web, stop_web
 
 __all__ = ["run_jobmaster", "store", "write_config"]  # fixtures shared with tests/process
+
+LOCAL = "http://localhost"  # a Host the dashboard answers for (door.py)
+
+
+@pytest.fixture
+def conn(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[TestClient]:
+    """The dashboard in process, on this test's empty database, no password."""
+    config = load_config(None, {"redis_url": redis_url})
+    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as test_client:
+        yield test_client
 
 
 @pytest.fixture(scope="session")

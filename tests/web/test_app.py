@@ -5,7 +5,6 @@ password (or token) guards everything once set."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -19,9 +18,9 @@ from jobmaster.config import load_config
 from jobmaster.keys import Keys
 from jobmaster.web import create_app
 from tests.secrets_check import assert_no_secret
+from tests.web.conftest import LOCAL
 
 pytestmark = pytest.mark.timeout(60)
-LOCAL = "http://localhost"  # a Host the dashboard answers for (door.py)
 
 PAGES = ["/", "/busy", "/queues", "/queues/default", "/scheduled", "/retries", "/dead"]
 PAGES += ["/periodic", "/batches", "/jobs", "/jobs/0123456789abcdef01234567"]
@@ -32,18 +31,6 @@ def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
     assert found, "no CSRF token in the page"
     return found.group(1)
-
-
-@pytest.fixture
-def conn(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url)
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[TestClient]:
-    config = load_config(None, {"redis_url": redis_url})
-    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as test_client:
-        yield test_client
 
 
 def bury(conn: redis.Redis, job: str, args: list[object], error: str = "ValueError") -> str:

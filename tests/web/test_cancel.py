@@ -6,7 +6,6 @@ against a real master in tests/web/test_browser.py."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -15,25 +14,11 @@ from starlette.testclient import TestClient
 from jobmaster import payload as wire
 from jobmaster.api import Queue
 from jobmaster.client import Client
-from jobmaster.config import load_config
 from jobmaster.keys import Keys
-from jobmaster.web import create_app
-from tests.web.test_app import LOCAL, csrf_of
+from tests.web.test_app import csrf_of
 
 pytestmark = pytest.mark.timeout(60)
 K = Keys()
-
-
-@pytest.fixture
-def conn(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url)
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[TestClient]:
-    config = load_config(None, {"redis_url": redis_url})
-    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as test_client:
-        yield test_client
 
 
 def running_job(conn: redis.Redis) -> str:

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 import redis
 from starlette.testclient import TestClient
 
-from jobmaster.config import load_config
 from jobmaster.keys import Keys
-from jobmaster.web import create_app
 
 pytestmark = pytest.mark.timeout(60)
 K = Keys()
 JID = "0123456789abcdef01234567"
-
-
-@pytest.fixture
-def conn(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url)
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[TestClient]:
-    config = load_config(None, {"redis_url": redis_url})
-    app = create_app(config)
-    with TestClient(app, base_url="http://localhost", follow_redirects=False) as test_client:
-        yield test_client
 
 
 def test_the_job_page_shows_the_result_of_a_complete_job(
