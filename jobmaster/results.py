@@ -31,9 +31,12 @@ from typing import Any
 import redis
 from redis import exceptions as redis_errors
 
+from jobmaster import crypto
 from jobmaster import payload as wire
-from jobmaster.errors import JobFailed, ResultPending, UnknownJob
+from jobmaster.errors import JobFailed, RedisPermissionError, ResultPending, UnknownJob
 from jobmaster.keys import Keys
+from jobmaster.scripts import PEEK_LIST, PeekList
+from jobmaster.tolerant import absent, moment, optional_text, refused, wrong_type
 
 log = logging.getLogger("jobmaster.results")
 
@@ -42,6 +45,9 @@ log = logging.getLogger("jobmaster.results")
 ENDED = frozenset({"complete", "dead", "failed", "cancelled", "expired", "skipped"})
 RECHECK_EVERY = 5.0  # seconds: the most a lost pub/sub message can delay a result
 PARSE_BYTES = 1024 * 1024  # the longest dead-set entry parsed for a failure's error
+ATTEMPTS_READ = 50  # the newest attempts read (a job retried 25 times made 26)
+ATTEMPT_BYTES = 64 * 1024  # of each attempt read: a longer one is forged, and skipped
+ATTEMPT_TEXTS = ("outcome", "error_class", "error_message", "worker", "job", "queue")
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,12 @@ class Snapshot:
         """
         if self.result is None:
             return None
+        text: bytes | str = self.result
+        if crypto.looks_sealed(self.result):  # an encrypt=True job's: opened with our keys
+            token = self.result.decode(errors="replace")
+            text = crypto.open_text(token, self.jid, crypto.RESULT)
         try:
-            return wire.strict_loads(self.result)
+            return wire.strict_loads(text)
         except (ValueError, UnicodeDecodeError) as error:
             log.warning("result of jid=%s is not JSON (%s): read as None", self.jid, error)
             return None
@@ -76,23 +86,84 @@ def read(connection: redis.Redis, keys: Keys, jid: str) -> Snapshot:
     """The job's status, result and last attempt (one pipeline, three reads).
 
     A key someone overwrote with another type reads as absent, as the
-    operator API reads it (api.base.answers), instead of raising.
+    operator API reads it (tolerant.answers); a read Redis refuses to this
+    user (NOPERM) raises RedisPermissionError: a result the user may not
+    read is not "no result". The last attempt is read cut to
+    ``ATTEMPT_BYTES`` (PEEK_LIST): one forged 100 MB entry is not read whole.
     """
     pipe = connection.pipeline(transaction=False)
     pipe.get(keys.status(jid))
     pipe.get(keys.result(jid))
-    pipe.lindex(keys.attempts(jid), -1)
-    replies = [
-        None if isinstance(reply, redis_errors.ResponseError) else reply
-        for reply in pipe.execute(raise_on_error=False)
-    ]
-    status, result, attempt = replies
+    last_attempt(keys, jid).run(_peek_list(connection), client=pipe)
+    status, result, attempt = pipe.execute(raise_on_error=False)
+    status = absent(status, keys.status(jid), "~" + keys.status("*"))
+    result = absent(result, keys.result(jid), "~" + keys.result("*"))
+    attempt = absent(attempt, keys.attempts(jid), "~" + keys.attempts("*"), [])
     return Snapshot(
         jid,
-        status.decode(errors="replace") if isinstance(status, bytes) else status,
+        optional_text(status),
         result.encode() if isinstance(result, str) else result,
-        attempt.encode() if isinstance(attempt, str) else attempt,
+        _whole(attempt),
     )
+
+
+def _peek_list(connection: redis.Redis) -> Any:
+    """PEEK_LIST on ``connection`` (registering is a SHA1 of its text, no round trip)."""
+    return connection.register_script(PEEK_LIST)
+
+
+def last_attempt(keys: Keys, jid: str) -> PeekList:
+    return PeekList(key=keys.attempts(jid), start=-1, stop=-1, keep=ATTEMPT_BYTES)
+
+
+def _whole(peeked: list[Any]) -> bytes | None:
+    """The one entry PEEK_LIST read, if it was read whole (a longer one is forged)."""
+    if len(peeked) != 2 or int(peeked[1]) > len(peeked[0]):
+        return None
+    head = peeked[0]
+    return head.encode() if isinstance(head, str) else bytes(head)
+
+
+def attempts(connection: redis.Redis, keys: Keys, jid: str) -> list[dict[str, Any]]:
+    """The job's newest ``ATTEMPTS_READ`` attempts, oldest first, each one a dict
+    of the fields the worker writes, tolerant of forgery (SPEC §8): an entry
+    that is not a JSON object, or longer than ``ATTEMPT_BYTES``, is skipped
+    (never read whole: PEEK_LIST cuts it in Redis); times are finite or None,
+    texts are text; a list of another type reads as none."""
+    call = PeekList(key=keys.attempts(jid), start=-ATTEMPTS_READ, stop=-1, keep=ATTEMPT_BYTES)
+    try:
+        peeked = call.run(_peek_list(connection))
+    except redis_errors.ResponseError as error:
+        if wrong_type(error):
+            return []
+        raise refused(error, keys.attempts(jid), "~" + keys.attempts("*")) from error
+    found = []
+    for head, size in zip(peeked[::2], peeked[1::2], strict=True):
+        attempt = _json_object(head) if int(size) <= len(head) else None
+        if attempt is not None:
+            found.append(attempt_fields(attempt))
+    return found
+
+
+def attempt_fields(attempt: dict[str, Any]) -> dict[str, Any]:
+    """One attempt as read: only the worker's fields, each of its type or None."""
+    return {
+        "started_at": moment(attempt.get("started_at")),
+        "ended_at": moment(attempt.get("ended_at")),
+        **{name: _text(attempt.get(name)) for name in ATTEMPT_TEXTS},
+    }
+
+
+def status(connection: redis.Redis, keys: Keys, jid: str) -> str | None:
+    """The job's status; None if unknown or expired (or its key forged as
+    another type). A status that is not UTF-8 is decoded with replacement."""
+    try:
+        found = connection.get(keys.status(jid))
+    except redis_errors.ResponseError as error:
+        if wrong_type(error):
+            return None
+        raise refused(error, keys.status(jid), "~" + keys.status("*")) from error
+    return optional_text(found)
 
 
 def outcome(connection: redis.Redis, keys: Keys, found: Snapshot) -> Any:
@@ -117,16 +188,32 @@ def failure(connection: redis.Redis, keys: Keys, found: Snapshot) -> tuple[str |
         and attempt.get("outcome") == found.status
         and (attempt.get("error_class") or attempt.get("error_message"))
     ):
-        return _text(attempt.get("error_class")), _text(attempt.get("error_message"))
+        return _text(attempt.get("error_class")), _error_message(attempt, found.jid)
     if found.status != "dead":
         return None, None
-    entry = _dead_entry(connection, keys, found.jid)
+    try:
+        entry = _dead_entry(connection, keys, found.jid)
+    except RedisPermissionError as error:  # a producer's user: say so, still JobFailed
+        return None, f"(the reason is in the dead set, which this Redis user may not read: {error})"
     if entry is None:
         return None, None
     if "crash_count" in entry:  # buried by the master: it killed its worker process
         return "PoisonPill", _text(entry.get("dead_reason"))
-    message = entry.get("error_message") or entry.get("dead_reason")
-    return _text(entry.get("error_class")), _text(message)
+    message = _error_message(entry, found.jid) or _text(entry.get("dead_reason"))
+    return _text(entry.get("error_class")), message
+
+
+def _error_message(fields: dict[str, Any], jid: str) -> str | None:
+    """An attempt's or entry's error message; an encrypt=True job's opened with
+    our keys (or why it cannot be: a producer without the key sees that)."""
+    token = fields.get(crypto.SEALED_ERROR)
+    if token is None:
+        return _text(fields.get("error_message"))
+    try:
+        opened = _json_object(crypto.open_text(token, jid, crypto.ERROR))
+    except crypto.DecryptError as error:
+        return f"(sealed: {error.reason})"
+    return _text((opened or {}).get("error_message"))
 
 
 def _dead_entry(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any] | None:
@@ -136,8 +223,10 @@ def _dead_entry(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any]
             entry = _json_object(member if len(member) <= PARSE_BYTES else None)
             if entry is not None and entry.get("jid") == jid:
                 return entry
-    except redis_errors.ResponseError:  # the dead set's key holds another type
-        return None
+    except redis_errors.ResponseError as error:
+        if wrong_type(error):  # the dead set's key holds another type
+            return None
+        raise refused(error, keys.dead, "~" + keys.dead) from error
     return None
 
 
@@ -225,13 +314,20 @@ class Preview:
         return self.size > len(self.head)
 
     @property
+    def sealed(self) -> bool:
+        """An encrypt=True job's result: shown as sealed, never opened for a view."""
+        return crypto.looks_sealed(self.head)
+
+    @property
     def text(self) -> str:
+        if self.sealed:
+            return f"(sealed: encrypt=True, {self.size:,} bytes)"
         return self.head.decode(errors="replace")
 
     @property
     def value(self) -> Any:
         """The decoded value when read whole and valid JSON, else the text."""
-        if not self.truncated:
+        if not self.truncated and not self.sealed:
             try:
                 return wire.strict_loads(self.head)
             except (ValueError, UnicodeDecodeError):
@@ -248,10 +344,8 @@ def preview(
     pipe = connection.pipeline(transaction=False)
     pipe.getrange(keys.result(jid), 0, limit - 1)
     pipe.strlen(keys.result(jid))
-    head, size = (
-        None if isinstance(reply, redis_errors.ResponseError) else reply
-        for reply in pipe.execute(raise_on_error=False)
-    )
+    grant = "~" + keys.result("*")
+    head, size = (absent(reply, keys.result(jid), grant) for reply in pipe.execute(False))
     if not size:
         return None
     return Preview(head.encode() if isinstance(head, str) else bytes(head or b""), int(size))

@@ -30,10 +30,11 @@ from typing import Any
 import redis
 
 from jobmaster import payload as wire
-from jobmaster.api.base import Backend, Connection, text
+from jobmaster.api.base import Backend, Connection
 from jobmaster.api.queues import Queue
 from jobmaster.api.sorted_sets import JobSet, RetrySet, ScheduledSet
 from jobmaster.scripts import Cancel, CancelRequest, CancelStep, FindQueued
+from jobmaster.tolerant import text
 from jobmaster.unique import MODES
 from jobmaster.workflows.steps import step_of, workflow_step
 

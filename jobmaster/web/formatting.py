@@ -12,9 +12,9 @@ import math
 import time
 from typing import Any
 
-from jobmaster.api.base import moment as shown
 from jobmaster.api.records import SHOW_CHARS
 from jobmaster.commands.output import duration as cli_duration
+from jobmaster.tolerant import moment as shown
 
 SHORT = 120  # characters of a job's arguments shown in a list row
 

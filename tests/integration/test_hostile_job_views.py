@@ -1,0 +1,137 @@
+"""A job's page and ``jobmaster status`` read forged status and attempts
+tolerantly, and never whole (issue 23, items 2 and 7).
+
+The review: ``RPUSH attempts:J garbage`` made ``/jobs/J`` a 500
+(JSONDecodeError) and ``jobmaster status J`` a traceback; an attempt ``[]``
+raised AttributeError; ``{"started_at": "inf"}`` TypeError; a status key of
+another type WRONGTYPE; a status of the bytes ``\\xff\\xfe``
+UnicodeDecodeError. Five 100 MB attempts cost the page 3.2 s and 1.1 GB and
+``status`` 1.2 GB. And a ``\\r\\n`` in a forged error faked lines of output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tracemalloc
+from collections.abc import Iterator
+
+import pytest
+import redis
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from jobmaster.cli import main
+from jobmaster.config import load_config
+from jobmaster.keys import Keys
+from jobmaster.web import create_app
+from tests.process.conftest import ROOT, jobmaster_command
+
+pytestmark = pytest.mark.timeout(120)
+K = Keys()
+JID = "forged0000000000000000000"
+LOCAL = "http://localhost"
+FAKED = "fake line\r\n  attempt 9: complete in 1 ms on trusted-host"
+
+# (what is forged, how): each alone made the page or the command fail.
+FORGERIES = {
+    "garbage attempt": lambda s: s.rpush(K.attempts(JID), b"garbage"),
+    "list attempt": lambda s: s.rpush(K.attempts(JID), b"[]"),
+    "non-finite times": lambda s: s.rpush(
+        K.attempts(JID), json.dumps({"started_at": "inf", "ended_at": "nan"})
+    ),
+    "number fields": lambda s: s.rpush(
+        K.attempts(JID), b'{"started_at": 1e999, "ended_at": true, "outcome": 5, "worker": []}'
+    ),
+    "bytes attempt": lambda s: s.rpush(K.attempts(JID), b"\xff\xfe{"),
+    "attempts of another type": lambda s: s.set(K.attempts(JID), "x"),
+    "status a hash": lambda s: (s.delete(K.status(JID)), s.hset(K.status(JID), "a", "b")),
+    "status bytes": lambda s: s.set(K.status(JID), b"\xff\xfe"),
+    "result a list": lambda s: (s.set(K.status(JID), "complete"), s.rpush(K.result(JID), "x")),
+    "result bytes": lambda s: (s.set(K.status(JID), "complete"), s.set(K.result(JID), b"\xff")),
+    "cancels a string": lambda s: (s.set(K.status(JID), "queued"), s.set(K.cancels, "x")),
+}
+
+
+@pytest.fixture
+def web(redis_url: str) -> Iterator[TestClient]:
+    config = load_config(None, {"redis_url": redis_url})
+    with TestClient(create_app(config), base_url=LOCAL, follow_redirects=False) as client:
+        yield client
+
+
+@pytest.mark.parametrize("forgery", list(FORGERIES))
+def test_a_forged_status_or_attempt_gets_an_answer(
+    forgery: str, redis_url: str, web: TestClient, store: redis.Redis
+) -> None:
+    store.set(K.status(JID), "dead")
+    FORGERIES[forgery](store)
+    page = web.get(f"/jobs/{JID}")
+    assert page.status_code == 200, page.text[-2000:]
+    for extra in ([], ["--json"]):
+        result = CliRunner().invoke(main, ["status", JID, *extra, "--redis-url", redis_url])
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert "Traceback" not in result.output
+    cancel = CliRunner().invoke(main, ["cancel", JID, "--redis-url", redis_url])
+    assert "Traceback" not in cancel.output and not isinstance(cancel.exception, TypeError)
+
+
+def test_a_forged_error_fakes_no_line(redis_url: str, store: redis.Redis) -> None:
+    store.set(K.status(JID), "dead")
+    attempt = {"started_at": 1, "ended_at": 2, "outcome": "dead", "error_class": "E"}
+    store.rpush(K.attempts(JID), json.dumps({**attempt, "error_message": FAKED}))
+    entry = {"jid": JID, "job": "x", "queue": "q", "error_class": "E", "error_message": FAKED}
+    store.zadd(K.dead, {json.dumps(entry): 1.0})
+    status = CliRunner().invoke(main, ["status", JID, "--redis-url", redis_url])
+    assert len(status.output.splitlines()) == 2, status.output  # the status, one attempt
+    assert "\\x0d\\x0a" in status.output
+    shown = CliRunner().invoke(main, ["dead", "show", JID, "--redis-url", redis_url])
+    lines = shown.output.split("entry:")[0].splitlines()
+    assert not any(line.lstrip().startswith("attempt 9") for line in lines), shown.output
+
+
+BIG = 100 * 1024 * 1024
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def five_big_attempts(store: redis.Redis) -> None:
+    store.set(K.status(JID), "dead")
+    store.rpush(K.attempts(JID), json.dumps({"started_at": 1, "ended_at": 2, "outcome": "retry"}))
+    block = b'{"error_message": "' + b"x" * BIG + b'"}'
+    for _ in range(5):
+        store.rpush(K.attempts(JID), block)
+
+
+@pytest.mark.usefixtures("five_big_attempts")
+def test_a_page_view_next_to_five_100_mb_attempts_stays_small(web: TestClient) -> None:
+    tracemalloc.start()
+    try:
+        page = web.get(f"/jobs/{JID}")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert page.status_code == 200
+    assert peak < 50 * MIB, f"a page view allocated {peak / MIB:.0f} MiB"
+
+
+def peak_rss(args: list[str]) -> int:
+    """The highest resident size of ``jobmaster ARGS``, in bytes (wait4's rusage)."""
+    popen = subprocess.Popen(
+        [jobmaster_command(), *args], cwd=ROOT, stdout=subprocess.DEVNULL, env=dict(os.environ)
+    )
+    _, status, usage = os.wait4(popen.pid, 0)
+    popen.returncode = os.waitstatus_to_exitcode(status)
+    assert popen.returncode == 0, popen.returncode
+    return usage.ru_maxrss * 1024  # KiB on Linux
+
+
+def test_status_next_to_five_100_mb_attempts_stays_small(
+    redis_url: str, store: redis.Redis, request: pytest.FixtureRequest
+) -> None:
+    store.set(K.status(JID), "dead")
+    baseline = peak_rss(["status", JID, "--redis-url", redis_url])
+    request.getfixturevalue("five_big_attempts")
+    grown = peak_rss(["status", JID, "--redis-url", redis_url]) - baseline
+    assert grown < 50 * MIB, f"jobmaster status grew {grown / MIB:.0f} MiB"
