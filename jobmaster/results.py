@@ -261,8 +261,12 @@ def wait_for(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
     deadline = started + float(wait)
     pubsub = connection.pubsub()  # type: ignore[no-untyped-call]
     try:
-        pubsub.subscribe(keys.ended_channel(jid))
-        _confirmed(pubsub, deadline)
+        try:
+            pubsub.subscribe(keys.ended_channel(jid))
+            _confirmed(pubsub, deadline)
+        except redis_errors.ResponseError as error:  # NOPERM: the ACL lacks the channel
+            grant = f"+subscribe and &{keys.ended_channel('*')}"
+            raise refused(error, f"SUBSCRIBE {keys.ended_channel(jid)}", grant) from error
         while True:
             # Read after the subscription is confirmed: an end published
             # before it is seen here, one published after it wakes us.
