@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any
 
+from jobmaster import crypto
 from jobmaster.api.records import SHOW_CHARS
 from jobmaster.commands.output import duration as cli_duration
 from jobmaster.tolerant import moment as shown
@@ -60,6 +61,8 @@ def record_arguments(record: Any) -> str:
         return f"(too long to show: {record.length:,} bytes)"
     if record.payload is None:
         return str(record.text)
+    if crypto.is_sealed(record.payload):  # encrypt=True: the dashboard never opens them
+        return "(sealed: encrypt=True)"
     return arguments(record.args, record.kwargs)
 
 
