@@ -58,6 +58,15 @@ COMMANDS = [
     ["periodic", "list"],
 ]
 BATCH_FIELDS = ["created_at", "total", "pending", "succeeded", "dead", "complete_at"]
+FUZZ = settings(
+    max_examples=int(os.environ.get("JOBMASTER_FUZZ_VIEWS", "20")),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    # No "explain" phase: it traces every line, and each command makes new
+    # connections whose setup reads package metadata: minutes per example.
+    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+)
 batches = st.dictionaries(st.sampled_from([*BATCH_FIELDS, "description"]), values, max_size=6)
 
 
@@ -74,15 +83,7 @@ def test_any_value_read_by_the_commands_and_pages_gets_an_answer(
     store = redis.Redis.from_url(redis_url)
     runner = CliRunner()
 
-    @settings(
-        max_examples=int(os.environ.get("JOBMASTER_FUZZ_VIEWS", "20")),
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        # No "explain" phase: it traces every line, and each command makes new
-        # connections whose setup reads package metadata: minutes per example.
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
-    )
+    @FUZZ
     @given(world=worlds, batch=batches)
     @example(
         world=World(
@@ -198,13 +199,7 @@ def test_any_value_of_a_job_gets_an_answer_from_its_page_status_result_and_cance
     producer = Client(redis_url)
     runner = CliRunner()
 
-    @settings(
-        max_examples=int(os.environ.get("JOBMASTER_FUZZ_VIEWS", "20")),
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
-    )
+    @FUZZ
     @given(world=job_worlds)
     @example(world=JobWorld(b"\xff\xfe", [b"garbage", b"[]"], "list", "string", True))
     @example(world=JobWorld("hash", [b'{"started_at": "inf"}'], None, None, False))
