@@ -63,8 +63,8 @@ class DecryptError(wire.BadPayload):
     cannot run. ``reason`` never holds a key or the plaintext.
     """
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"cannot decrypt the arguments: {reason}")
+    def __init__(self, reason: str, what: str = "the arguments") -> None:
+        super().__init__(f"cannot decrypt {what}: {reason}")
         self.reason = reason
 
 
@@ -270,5 +270,8 @@ def seal_text(text: str, jid: str, purpose: str) -> str:
 
 def open_text(token: object, jid: str, purpose: str) -> str:
     """What ``seal_text`` sealed; DecryptError says why it cannot be opened."""
-    plain = keyring().open_bytes(token, _associated(jid, purpose))
+    try:
+        plain = keyring().open_bytes(token, _associated(jid, purpose))
+    except DecryptError as error:
+        raise DecryptError(error.reason, f"the {purpose} of job {jid}") from None
     return plain.decode(errors="replace")

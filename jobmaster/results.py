@@ -33,7 +33,13 @@ from redis import exceptions as redis_errors
 
 from jobmaster import crypto
 from jobmaster import payload as wire
-from jobmaster.errors import JobFailed, RedisPermissionError, ResultPending, UnknownJob
+from jobmaster.errors import (
+    JobFailed,
+    JobmasterError,
+    RedisPermissionError,
+    ResultPending,
+    UnknownJob,
+)
 from jobmaster.keys import Keys
 from jobmaster.scripts import PEEK_LIST, PeekList
 from jobmaster.tolerant import absent, moment, optional_text, refused, wrong_type
@@ -74,7 +80,10 @@ class Snapshot:
         text: bytes | str = self.result
         if crypto.looks_sealed(self.result):  # an encrypt=True job's: opened with our keys
             token = self.result.decode(errors="replace")
-            text = crypto.open_text(token, self.jid, crypto.RESULT)
+            try:
+                text = crypto.open_text(token, self.jid, crypto.RESULT)
+            except crypto.DecryptError as error:  # no key, another key, or forged
+                raise JobmasterError(f"{error} (an encrypt=True job's result)") from None
         try:
             return wire.strict_loads(text)
         except (ValueError, UnicodeDecodeError) as error:

@@ -14,6 +14,7 @@ from jobmaster import payload as wire
 from jobmaster.client import Client
 from jobmaster.config import Config
 from jobmaster.crypto import Keyring
+from jobmaster.errors import JobmasterError
 from jobmaster.keys import Keys
 from jobmaster.worker.process import WorkerProcess
 from tests import jobs
@@ -144,3 +145,5 @@ def test_the_result_and_the_error_text_are_sealed_too(
     with pytest.raises(jobmaster.JobFailed) as unopened:
         jobmaster.result(failed)
     assert "sealed" in str(unopened.value.error_message)
+    with pytest.raises(JobmasterError, match=f"cannot decrypt the result of job {done}"):
+        jobmaster.result(done)

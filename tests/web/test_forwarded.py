@@ -25,6 +25,18 @@ from tests.web.test_app import csrf_of
 
 pytestmark = pytest.mark.timeout(60)
 PASSWORD = "a long enough password"  # noqa: S105 - a test's
+TOKEN = "a-token-of-twenty-chars"  # noqa: S105 - a test's
+
+
+def get(url: str, path: str, headers: dict[str, str]) -> int:
+    connection = http.client.HTTPConnection(urllib.parse.urlsplit(url).netloc, timeout=5)
+    try:
+        connection.request("GET", path, headers=headers)
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+    finally:
+        connection.close()
 
 
 def log_in(url: str, password: str, forwarded: str) -> int:
@@ -54,7 +66,10 @@ def log_in(url: str, password: str, forwarded: str) -> int:
 def served(redis_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     args: tuple[str, ...] = getattr(request, "param", ())
     popen, url = start_web(
-        redis_url, tmp_path / "web.log", *args, env={"JOBMASTER_WEB_PASSWORD": PASSWORD}
+        redis_url,
+        tmp_path / "web.log",
+        *args,
+        env={"JOBMASTER_WEB_PASSWORD": PASSWORD, "JOBMASTER_WEB_TOKEN": TOKEN},
     )
     try:
         yield url
@@ -66,6 +81,17 @@ def test_forged_forwarded_addresses_do_not_reset_the_throttle(served: str) -> No
     answers = [log_in(served, f"wrong guess {n}", f"10.9.{n}.1") for n in range(12)]
     assert answers[:5] == [401] * 5 and set(answers[5:]) == {429}, answers
     assert log_in(served, PASSWORD, "10.9.99.1") == 429  # the right one too
+
+
+def test_forged_addresses_do_not_reset_it_for_bearer_tokens_and_links(served: str) -> None:
+    for n in range(6):
+        claim = {"x-forwarded-for": f"10.6.{n}.1"}
+        assert get(served, "/stats.json", {**claim, "authorization": f"Bearer no-{n}"}) == 401
+    claim = {"x-forwarded-for": "10.6.99.1"}
+    # Throttled: the right token is refused too, as a bearer and as a link.
+    assert get(served, "/stats.json", {**claim, "authorization": f"Bearer {TOKEN}"}) == 401
+    link = get(served, f"/?token={TOKEN}", claim)
+    assert link != 200 and get(served, "/", claim) in (303, 307), link
 
 
 @pytest.mark.parametrize("served", [("--trusted-proxy", "127.0.0.1")], indirect=True)
