@@ -125,3 +125,17 @@ def test_status_next_to_five_100_mb_attempts_stays_small(redis_url: str) -> None
         tracemalloc.stop()
     assert result.exit_code == 0, result.output
     assert peak < 50 * MIB, f"jobmaster status allocated {peak / MIB:.0f} MiB"
+    assert "Unreadable" in result.output and "not read" in result.output  # said, not hidden
+
+
+def test_a_long_history_of_small_attempts_is_read_to_its_newest(
+    redis_url: str, store: redis.Redis
+) -> None:
+    """Many attempts (a job with a huge ``retry``) are over the size budget in
+    all, but small each: the newest are read, not refused as forged."""
+    store.set(K.status(JID), "retrying")
+    entry = {"started_at": 1, "ended_at": 2, "outcome": "retrying", "error_message": "e" * 900}
+    store.rpush(K.attempts(JID), *[json.dumps({**entry, "worker": f"w{n}"}) for n in range(5000)])
+    result = CliRunner().invoke(main, ["status", JID, "--json", "--redis-url", redis_url])
+    tries = json.loads(result.output)["attempts"]
+    assert len(tries) == 50 and tries[-1]["worker"] == "w4999"
