@@ -63,7 +63,6 @@ class Snapshot:
     jid: str
     status: str | None  # None: unknown or expired
     result: bytes | None  # the return value's JSON text; None when it returned None
-    last_attempt: bytes | None  # the newest entry of its attempts history (JSON)
 
     @property
     def ended(self) -> bool:
@@ -92,27 +91,22 @@ class Snapshot:
 
 
 def read(connection: redis.Redis, keys: Keys, jid: str) -> Snapshot:
-    """The job's status, result and last attempt (one pipeline, three reads).
+    """The job's status and result (one pipeline, two reads); its attempts are
+    read only when a failure needs them (``failure``).
 
     A key someone overwrote with another type reads as absent, as the
     operator API reads it (tolerant.answers); a read Redis refuses to this
     user (NOPERM) raises RedisPermissionError: a result the user may not
-    read is not "no result". The last attempt is read cut to
-    ``ATTEMPT_BYTES`` (PEEK_LIST): one forged 100 MB entry is not read whole.
+    read is not "no result".
     """
     pipe = connection.pipeline(transaction=False)
     pipe.get(keys.status(jid))
     pipe.get(keys.result(jid))
-    last_attempt(keys, jid).run(_peek_list(connection), client=pipe)
-    status, result, attempt = pipe.execute(raise_on_error=False)
+    status, result = pipe.execute(raise_on_error=False)
     status = absent(status, keys.status(jid), "~" + keys.status("*"))
     result = absent(result, keys.result(jid), "~" + keys.result("*"))
-    attempt = absent(attempt, keys.attempts(jid), "~" + keys.attempts("*"), [])
     return Snapshot(
-        jid,
-        optional_text(status),
-        result.encode() if isinstance(result, str) else result,
-        _whole(attempt),
+        jid, optional_text(status), result.encode() if isinstance(result, str) else result
     )
 
 
@@ -121,43 +115,43 @@ def _peek_list(connection: redis.Redis) -> Any:
     return connection.register_script(PEEK_LIST)
 
 
-def last_attempt(keys: Keys, jid: str) -> PeekList:
-    return PeekList(key=keys.attempts(jid), start=-1, stop=-1, keep=ATTEMPT_BYTES)
-
-
-def _whole(peeked: list[Any]) -> bytes | None:
-    """The one entry PEEK_LIST read, if it was read whole (a longer one is forged)."""
-    if len(peeked) != 2 or int(peeked[1]) > len(peeked[0]):
-        return None
-    head = peeked[0]
-    return head.encode() if isinstance(head, str) else bytes(head)
-
-
 def attempts(connection: redis.Redis, keys: Keys, jid: str) -> list[dict[str, Any]]:
     """The job's newest ``ATTEMPTS_READ`` attempts, oldest first, each one a dict
     of the fields the worker writes, tolerant of forgery (SPEC §8): an entry
     that is not a JSON object, or longer than ``ATTEMPT_BYTES``, is skipped
     (never read whole: PEEK_LIST cuts it in Redis); times are finite or None,
-    texts are text; a list of another type reads as none.
+    texts are text; a list of another type reads as none. A list too large to
+    be a worker's is not read (``newest``): one entry says so."""
+    found = newest(connection, keys, jid, ATTEMPTS_READ)
+    if found is None:
+        return [_unread(connection, keys, jid)]
+    return [attempt_fields(attempt) for attempt in found]
+
+
+def newest(
+    connection: redis.Redis, keys: Keys, jid: str, count: int
+) -> list[dict[str, Any]] | None:
+    """The job's newest ``count`` attempts as stored (JSON objects only, each
+    read to ``ATTEMPT_BYTES``); None when the list is too large to be a
+    worker's.
 
     PEEK_LIST still copies each entry into Lua, in Redis: about a second per
     100 MB with Redis blocked meanwhile. So the list's size is asked first
     (MEMORY USAGE, which copies nothing): a worker's attempts are a few KiB
     each, and a list whose entries are on average longer than
-    ``ATTEMPT_BYTES`` is forged; it is not read, and one line says so.
+    ``ATTEMPT_BYTES`` is forged, and not read.
     """
     key, grant = keys.attempts(jid), "~" + keys.attempts("*")
     pipe = connection.pipeline(transaction=False)
     pipe.llen(key)
     pipe.memory_usage(key, samples=0)  # every entry counted
-    count, used = (absent(reply, key, grant) for reply in pipe.execute(False))
-    if not count:
+    length, used = (absent(reply, key, grant) for reply in pipe.execute(False))
+    if not length:
         return []
-    used = int(used or 0)
-    if used > ATTEMPTS_READ * ATTEMPT_BYTES and used > int(count) * ATTEMPT_BYTES:
-        log.warning("attempts of jid=%s hold %d bytes in %d entries: not read", jid, used, count)
-        return [_unread(int(count), used)]
-    call = PeekList(key=key, start=-ATTEMPTS_READ, stop=-1, keep=ATTEMPT_BYTES)
+    if int(used or 0) > max(ATTEMPTS_READ, int(length)) * ATTEMPT_BYTES:
+        log.warning("attempts of jid=%s hold %s bytes in %d entries: not read", jid, used, length)
+        return None
+    call = PeekList(key=key, start=-count, stop=-1, keep=ATTEMPT_BYTES)
     try:
         peeked = call.run(_peek_list(connection))
     except redis_errors.ResponseError as error:
@@ -168,13 +162,14 @@ def attempts(connection: redis.Redis, keys: Keys, jid: str) -> list[dict[str, An
     for head, size in zip(peeked[::2], peeked[1::2], strict=True):
         attempt = _json_object(head) if int(size) <= len(head) else None
         if attempt is not None:
-            found.append(attempt_fields(attempt))
+            found.append(attempt)
     return found
 
 
-def _unread(count: int, used: int) -> dict[str, Any]:
+def _unread(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any]:
     """What stands for an attempts list too large to be a worker's (forged)."""
-    message = f"{count} entries, {used:,} bytes: too large to be a worker's (forged?), not read"
+    used = connection.memory_usage(keys.attempts(jid), samples=0)  # a second look, rare
+    message = f"{int(used or 0):,} bytes: too large to be a worker's (forged?), not read"
     return {**attempt_fields({}), "error_class": "Unreadable", "error_message": message}
 
 
@@ -215,7 +210,8 @@ def failure(connection: redis.Redis, keys: Keys, found: Snapshot) -> tuple[str |
     (a poison pill, a payload that cannot run) has no such attempt: its
     dead-set entry holds the reason, found by ZSCAN on this rare path.
     """
-    attempt = _json_object(found.last_attempt)
+    last = newest(connection, keys, found.jid, 1)
+    attempt = last[-1] if last else None
     if (
         attempt is not None
         and attempt.get("outcome") == found.status
