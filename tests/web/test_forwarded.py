@@ -94,7 +94,9 @@ def test_forged_addresses_do_not_reset_it_for_bearer_tokens_and_links(served: st
     assert link != 200 and get(served, "/", claim) in (303, 307), link
 
 
-@pytest.mark.parametrize("served", [("--trusted-proxy", "127.0.0.1")], indirect=True)
+@pytest.mark.parametrize(
+    "served", [("--trusted-proxy", "127.0.0.1"), ("--trusted-proxy", "127.0.0.0/8")], indirect=True
+)
 def test_a_named_proxy_is_believed_and_the_global_cap_holds(served: str) -> None:
     """Behind a named proxy each client has its own count; a flood of addresses
     (the proxy passes on what clients claim) still meets the global cap."""
