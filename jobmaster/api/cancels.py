@@ -36,7 +36,7 @@ from jobmaster.api.queues import Queue
 from jobmaster.api.sorted_sets import JobSet, RetrySet, ScheduledSet
 from jobmaster.keys import Keys
 from jobmaster.scripts import Cancel, CancelRequest, CancelStep, FindQueued
-from jobmaster.tolerant import refused, text, wrong_type
+from jobmaster.tolerant import refused, text
 from jobmaster.unique import MODES
 from jobmaster.workflows.steps import step_of, workflow_step
 
@@ -119,10 +119,8 @@ class Canceller:
     def _from_set(self, jid: str, place: str) -> str | None:
         job_set: JobSet = (ScheduledSet if place == "scheduled" else RetrySet)(self.backend)
         try:
-            entry = job_set.find(jid)
+            entry = job_set.find(jid)  # None too when the set's key was forged
         except redis.ResponseError as error:
-            if wrong_type(error):  # the set's key forged as another type: no job there
-                return None
             if place != "retry" or not isinstance(error, redis.exceptions.NoPermissionError):
                 raise refused(error, job_set.key, "~" + job_set.key) from error
             # The producer's user may not touch the retry set (docs/redis-deployment.md):

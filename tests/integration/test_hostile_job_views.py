@@ -48,6 +48,12 @@ FORGERIES = {
     "result a list": lambda s: (s.set(K.status(JID), "complete"), s.rpush(K.result(JID), "x")),
     "result bytes": lambda s: (s.set(K.status(JID), "complete"), s.set(K.result(JID), b"\xff")),
     "cancels a string": lambda s: (s.set(K.status(JID), "queued"), s.set(K.cancels, "x")),
+    "dead set a hash": lambda s: s.hset(K.dead, "a", "b"),
+    "retry set a hash": lambda s: (s.set(K.status(JID), "retrying"), s.hset(K.retry, "a", "b")),
+    "scheduled a hash": lambda s: (
+        s.set(K.status(JID), "scheduled"),
+        s.hset(K.scheduled, "a", "b"),
+    ),
 }
 
 
