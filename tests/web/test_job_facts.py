@@ -60,3 +60,10 @@ def test_forged_names_are_shown_as_text_or_not_at_all(
     conn.rpush(K.attempts("forged1"), attempt)
     page = client.get("/jobs/forged1")
     assert page.status_code == 200 and "<b>x" not in page.text
+
+
+def test_a_sealed_result_is_shown_as_sealed(client: TestClient, conn: redis.Redis) -> None:
+    conn.set(K.status("sealed1"), "complete")
+    conn.set(K.result("sealed1"), "jm1.00000000.c2VjcmV0LXRva2VuLWJvZHk=")
+    page = client.get("/jobs/sealed1").text
+    assert "(sealed: encrypt=True" in page and "c2VjcmV0" not in page
