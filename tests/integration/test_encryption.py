@@ -123,7 +123,10 @@ def stored_anywhere(store: redis.Redis) -> bytes:
 
 
 def test_the_result_and_the_error_text_are_sealed_too(
-    make_config: Callable[..., Config], running_worker: StartWorker, store: redis.Redis
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    store: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Issue 23, item 3: a job returning its sealed argument stored it in clear
     under result:<jid>, and error messages in attempts and the dead set were
@@ -137,6 +140,7 @@ def test_the_result_and_the_error_text_are_sealed_too(
     assert raised.value.error_class == "ValueError"
     assert PLAIN in str(raised.value.error_message)  # opened with the key
     assert PLAIN.encode() not in stored_anywhere(store)
+    assert PLAIN not in caplog.text and "ValueError: (sealed)" in caplog.text  # nor logged
     assert store.get(K.result(done)).startswith(b"jm1.")
     [attempt] = jobmaster.attempts(failed)
     assert attempt["error_class"] == "ValueError" and PLAIN not in str(attempt)
