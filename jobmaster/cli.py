@@ -24,7 +24,7 @@ from jobmaster.app import check_periodic, load_app, unknown_job_warning
 from jobmaster.client import Client, default_from_config
 from jobmaster.commands import register
 from jobmaster.commands.options import config_options, load, reports_errors
-from jobmaster.commands.output import echo
+from jobmaster.commands.output import echo, one_line
 from jobmaster.config import Config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
@@ -340,21 +340,23 @@ def status_command(
             found["result_bytes"] = shown.size if shown else 0
         echo(json.dumps(found))
         return
-    echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
+    echo(f"{jid}: {one_line(state or 'unknown (never seen, or expired)')}")
     if state == "complete":
         more = f" … ({shown.size:,} bytes in all)" if shown and shown.truncated else ""
-        echo(f"  result: {shown.text if shown else 'None'}{more}")
+        echo(f"  result: {one_line(shown.text) if shown else 'None'}{more}")
     for number, attempt in enumerate(tries, 1):
-        took = float(attempt.get("ended_at") or 0) - float(attempt.get("started_at") or 0)
-        error = (
-            f" {attempt['error_class']}: {attempt['error_message']}"
-            if attempt.get("error_class")
-            else ""
-        )
-        echo(
-            f"  attempt {number}: {attempt.get('outcome')} in {took * 1000:.0f} ms "
-            f"on {attempt.get('worker')}{error}"
-        )
+        echo(f"  attempt {number}: {attempt_line(attempt)}")
+
+
+def attempt_line(attempt: dict[str, Any]) -> str:
+    """``dead in 12 ms on host:1:abc ValueError: no``: each field one line, a
+    time missing or forged shown as ``-`` (results.attempts made them safe)."""
+    started, ended = attempt.get("started_at"), attempt.get("ended_at")
+    took = f"{(ended - started) * 1000:.0f} ms" if started and ended else "-"
+    error = ""
+    if attempt.get("error_class"):
+        error = f" {attempt['error_class']}: {attempt.get('error_message') or ''}"
+    return one_line(f"{attempt.get('outcome')} in {took} on {attempt.get('worker')}{error}")
 
 
 # The operator's commands (stats, ps, ctl, dead|retries|scheduled, queue) live in

@@ -8,7 +8,6 @@ supervisor side.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -220,12 +219,13 @@ class Client:
     def status(self, jid: str) -> str | None:
         """queued, scheduled, working, retrying, complete, failed, dead; None if
         unknown or expired (kept status_ttl seconds after its last change)."""
-        value = self.redis.get(self.keys.status(jid))
-        return value.decode() if isinstance(value, bytes) else value
+        return results.status(self.redis, self.keys, jid)
 
     def attempts(self, jid: str) -> list[dict[str, Any]]:
-        """Each attempt: started_at, ended_at, outcome, error class and message, worker."""
-        return [json.loads(raw) for raw in self.redis.lrange(self.keys.attempts(jid), 0, -1)]
+        """The newest attempts (``results.ATTEMPTS_READ``), oldest first, each with
+        started_at, ended_at, outcome, error_class, error_message and worker,
+        read tolerant of forged entries (results.attempts)."""
+        return results.attempts(self.redis, self.keys, jid)
 
     def result(self, jid: str, wait: float = 0) -> Any:
         """The job's return value once it is complete, waiting up to ``wait`` seconds

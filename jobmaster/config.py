@@ -111,6 +111,7 @@ class Config:
     web_token: str = field(default_factory=_default("web_token"), repr=False)
     web_hosts: list[str] = field(default_factory=_default("web_hosts"))
     web_cookie_secure: str = field(default_factory=_default("web_cookie_secure"))
+    web_trusted_proxies: list[str] = field(default_factory=_default("web_trusted_proxies"))
     source: str | None = None
     periodic: dict[str, PeriodicEntry] = field(default_factory=dict)
 

@@ -4,6 +4,8 @@ Duties:
 
 - turn each ``secret_key`` string into an AES-256-GCM key and a key id;
 - seal a job's arguments into one JSON-safe token, and open it again;
+- seal what such a job leaves behind (its result, the text of its errors)
+  and open it again for ``jobmaster.result``;
 - hold the keyring of this process (set by ``configure``, by the worker at
   start, else read from ``JOBMASTER_SECRET_KEY`` on first use).
 
@@ -18,6 +20,15 @@ Token: ``jm1.<key id, 8 hex>.<urlsafe base64 of nonce (12 bytes) + ciphertext
 associated data is the job's jid and name, so a token copied into another
 job's payload fails to open. The key id picks the key when keys are rotated:
 the first secret seals, every secret opens.
+
+What the job leaves behind is sealed the same way (``seal_text``): its
+result (stored as the token itself, which no JSON text begins with, so a
+reader tells a sealed result from a clear one), and its error's message,
+backtrace and dead reason (one token in the attempt's and the retry or dead
+entry's ``error_sealed`` field). The associated data is
+``jm1 <purpose>\n<jid>``: a sealed result cannot be passed off as another
+job's, nor as an error, nor as arguments (whose data starts ``jm1\n``). Only
+the job's name, queue, jid, times and the error's class stay in clear.
 """
 
 from __future__ import annotations
@@ -52,8 +63,8 @@ class DecryptError(wire.BadPayload):
     cannot run. ``reason`` never holds a key or the plaintext.
     """
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"cannot decrypt the arguments: {reason}")
+    def __init__(self, reason: str, what: str = "the arguments") -> None:
+        super().__init__(f"cannot decrypt {what}: {reason}")
         self.reason = reason
 
 
@@ -77,8 +88,8 @@ def _derive(secret: str) -> _Key:
     return _Key(kid, AESGCM(_hkdf(secret, b"jobmaster arguments v1", 32)))
 
 
-def _associated(context: str) -> bytes:
-    return f"{VERSION}\n{context}".encode()
+def _associated(context: str, purpose: str = "") -> bytes:
+    return f"{VERSION}{' ' + purpose if purpose else ''}\n{context}".encode()
 
 
 class Keyring:
@@ -95,24 +106,30 @@ class Keyring:
 
     def seal(self, args: Sequence[Any], kwargs: Mapping[str, Any], context: str = "") -> str:
         """The arguments as a token; ``context`` (jid and job) must match to open it."""
-        if not self._keys:
-            raise JobmasterError(
-                "cannot encrypt the arguments: no key; set secret_key (config file, "
-                "JOBMASTER_SECRET_KEY or jobmaster.configure(secret_key=...))"
-            )
-        key = self._keys[0]
         plain = json.dumps(
             {"args": list(args), "kwargs": dict(kwargs)}, separators=(",", ":"), allow_nan=False
         ).encode()
-        nonce = random.token_bytes(NONCE_BYTES)
-        sealed = key.aead.encrypt(nonce, plain, _associated(context))
-        return f"{VERSION}.{key.kid}.{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+        return self.seal_bytes(plain, _associated(context))
 
     def open(self, token: object, context: str = "") -> tuple[list[Any], dict[str, Any]]:
         """The arguments sealed in ``token``; DecryptError says why it cannot be opened."""
+        return _arguments(self.open_bytes(token, _associated(context)))
+
+    def seal_bytes(self, plain: bytes, associated: bytes) -> str:
+        if not self._keys:
+            raise JobmasterError(
+                "cannot encrypt: no key; set secret_key (config file, "
+                "JOBMASTER_SECRET_KEY or jobmaster.configure(secret_key=...))"
+            )
+        key = self._keys[0]
+        nonce = random.token_bytes(NONCE_BYTES)
+        sealed = key.aead.encrypt(nonce, plain, associated)
+        return f"{VERSION}.{key.kid}.{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+
+    def open_bytes(self, token: object, associated: bytes) -> bytes:
         kid, body = _split(token)
         if not self._keys:
-            raise DecryptError("no secret_key is configured in this worker")
+            raise DecryptError("no secret_key is configured in this process")
         candidates = [key for key in self._keys if key.kid == kid]
         if not candidates:
             raise DecryptError(
@@ -122,10 +139,9 @@ class Keyring:
         nonce, sealed = body[:NONCE_BYTES], body[NONCE_BYTES:]
         for key in candidates:  # more than one only if two key ids collide
             try:
-                plain = key.aead.decrypt(nonce, sealed, _associated(context))
+                return key.aead.decrypt(nonce, sealed, associated)
             except InvalidTag:
                 continue
-            return _arguments(plain)
         raise DecryptError(
             f"authentication failed with key id {kid} (tampered, or copied from another job)"
         )
@@ -230,3 +246,32 @@ def arguments(
             )
         return payload["args"], payload["kwargs"]
     return keyring().open(payload[FIELD], _context(payload))
+
+
+SEALED_ERROR = "error_sealed"  # the field of an attempt or entry holding its error, sealed
+RESULT, ERROR = "result", "error"  # what a sealed text is: its purpose, in its associated data
+
+
+def is_sealed(payload: Mapping[str, Any]) -> bool:
+    """The job's arguments are sealed: what it leaves behind is sealed too."""
+    return FIELD in payload
+
+
+def looks_sealed(text: bytes | str) -> bool:
+    """A stored result that is a token, not JSON text (no JSON begins with ``j``)."""
+    head = text[: len(VERSION) + 1]
+    return (head.decode(errors="replace") if isinstance(head, bytes) else head) == VERSION + "."
+
+
+def seal_text(text: str, jid: str, purpose: str) -> str:
+    """``text`` (a result's JSON, an error's fields as JSON) sealed for ``jid``."""
+    return keyring().seal_bytes(text.encode(), _associated(jid, purpose))
+
+
+def open_text(token: object, jid: str, purpose: str) -> str:
+    """What ``seal_text`` sealed; DecryptError says why it cannot be opened."""
+    try:
+        plain = keyring().open_bytes(token, _associated(jid, purpose))
+    except DecryptError as error:
+        raise DecryptError(error.reason, f"the {purpose} of job {jid}") from None
+    return plain.decode(errors="replace")

@@ -6,6 +6,8 @@ prints ``str(error)`` without a traceback (unless ``--debug``).
 
 from __future__ import annotations
 
+from redis import exceptions as redis_errors
+
 
 class JobmasterError(Exception):
     """Base class of every error jobmaster raises on purpose."""
@@ -17,6 +19,20 @@ class ConfigError(JobmasterError):
 
 class RedisVersionError(JobmasterError):
     """The Redis server is older than the 6.2 that LMOVE and our scripts need."""
+
+
+class RedisPermissionError(JobmasterError, redis_errors.NoPermissionError):
+    """Redis refused a command to this ACL user (NOPERM): which key, channel or
+    command, and the grant that is missing. Never read as "absent": a
+    result the user may not read is not "no result" (SPEC §8). Still a
+    redis ``NoPermissionError`` for code that catches that."""
+
+    def __init__(self, what: str, grant: str, reply: str) -> None:
+        super().__init__(
+            f"Redis refused {what} to this user ({reply}): its ACL needs {grant} "
+            "(see the producer's recipe in docs/redis-deployment.md)"
+        )
+        self.what, self.grant = what, grant
 
 
 class EnqueueError(JobmasterError):

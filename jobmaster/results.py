@@ -31,9 +31,18 @@ from typing import Any
 import redis
 from redis import exceptions as redis_errors
 
+from jobmaster import crypto
 from jobmaster import payload as wire
-from jobmaster.errors import JobFailed, ResultPending, UnknownJob
+from jobmaster.errors import (
+    JobFailed,
+    JobmasterError,
+    RedisPermissionError,
+    ResultPending,
+    UnknownJob,
+)
 from jobmaster.keys import Keys
+from jobmaster.scripts import PEEK_LIST, PeekList
+from jobmaster.tolerant import absent, moment, optional_text, refused, wrong_type
 
 log = logging.getLogger("jobmaster.results")
 
@@ -42,6 +51,9 @@ log = logging.getLogger("jobmaster.results")
 ENDED = frozenset({"complete", "dead", "failed", "cancelled", "expired", "skipped"})
 RECHECK_EVERY = 5.0  # seconds: the most a lost pub/sub message can delay a result
 PARSE_BYTES = 1024 * 1024  # the longest dead-set entry parsed for a failure's error
+ATTEMPTS_READ = 50  # the newest attempts read (a job retried 25 times made 26)
+ATTEMPT_BYTES = 64 * 1024  # of each attempt read: a longer one is forged, and skipped
+ATTEMPT_TEXTS = ("outcome", "error_class", "error_message", "worker", "job", "queue")
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,6 @@ class Snapshot:
     jid: str
     status: str | None  # None: unknown or expired
     result: bytes | None  # the return value's JSON text; None when it returned None
-    last_attempt: bytes | None  # the newest entry of its attempts history (JSON)
 
     @property
     def ended(self) -> bool:
@@ -65,34 +76,122 @@ class Snapshot:
         """
         if self.result is None:
             return None
+        text: bytes | str = self.result
+        if crypto.looks_sealed(self.result):  # an encrypt=True job's: opened with our keys
+            token = self.result.decode(errors="replace")
+            try:
+                text = crypto.open_text(token, self.jid, crypto.RESULT)
+            except crypto.DecryptError as error:  # no key, another key, or forged
+                raise JobmasterError(f"{error} (an encrypt=True job's result)") from None
         try:
-            return wire.strict_loads(self.result)
+            return wire.strict_loads(text)
         except (ValueError, UnicodeDecodeError) as error:
             log.warning("result of jid=%s is not JSON (%s): read as None", self.jid, error)
             return None
 
 
 def read(connection: redis.Redis, keys: Keys, jid: str) -> Snapshot:
-    """The job's status, result and last attempt (one pipeline, three reads).
+    """The job's status and result (one pipeline, two reads); its attempts are
+    read only when a failure needs them (``failure``).
 
     A key someone overwrote with another type reads as absent, as the
-    operator API reads it (api.base.answers), instead of raising.
+    operator API reads it (tolerant.answers); a read Redis refuses to this
+    user (NOPERM) raises RedisPermissionError: a result the user may not
+    read is not "no result".
     """
     pipe = connection.pipeline(transaction=False)
     pipe.get(keys.status(jid))
     pipe.get(keys.result(jid))
-    pipe.lindex(keys.attempts(jid), -1)
-    replies = [
-        None if isinstance(reply, redis_errors.ResponseError) else reply
-        for reply in pipe.execute(raise_on_error=False)
-    ]
-    status, result, attempt = replies
+    status, result = pipe.execute(raise_on_error=False)
+    status = absent(status, keys.status(jid), "~" + keys.status("*"))
+    result = absent(result, keys.result(jid), "~" + keys.result("*"))
     return Snapshot(
-        jid,
-        status.decode(errors="replace") if isinstance(status, bytes) else status,
-        result.encode() if isinstance(result, str) else result,
-        attempt.encode() if isinstance(attempt, str) else attempt,
+        jid, optional_text(status), result.encode() if isinstance(result, str) else result
     )
+
+
+def _peek_list(connection: redis.Redis) -> Any:
+    """PEEK_LIST on ``connection`` (registering is a SHA1 of its text, no round trip)."""
+    return connection.register_script(PEEK_LIST)
+
+
+def attempts(connection: redis.Redis, keys: Keys, jid: str) -> list[dict[str, Any]]:
+    """The job's newest ``ATTEMPTS_READ`` attempts, oldest first, each one a dict
+    of the fields the worker writes, tolerant of forgery (SPEC §8): an entry
+    that is not a JSON object, or longer than ``ATTEMPT_BYTES``, is skipped
+    (never read whole: PEEK_LIST cuts it in Redis); times are finite or None,
+    texts are text; a list of another type reads as none. A list too large to
+    be a worker's is not read (``newest``): one entry says so."""
+    found = newest(connection, keys, jid, ATTEMPTS_READ)
+    if found is None:
+        return [_unread(connection, keys, jid)]
+    return [attempt_fields(attempt) for attempt in found]
+
+
+def newest(
+    connection: redis.Redis, keys: Keys, jid: str, count: int
+) -> list[dict[str, Any]] | None:
+    """The job's newest ``count`` attempts as stored (JSON objects only, each
+    read to ``ATTEMPT_BYTES``); None when the list is too large to be a
+    worker's.
+
+    PEEK_LIST still copies each entry into Lua, in Redis: about a second per
+    100 MB with Redis blocked meanwhile. So the list's size is asked first
+    (MEMORY USAGE, which copies nothing): a worker's attempts are a few KiB
+    each, and a list whose entries are on average longer than
+    ``ATTEMPT_BYTES`` is forged, and not read.
+    """
+    key, grant = keys.attempts(jid), "~" + keys.attempts("*")
+    pipe = connection.pipeline(transaction=False)
+    pipe.llen(key)
+    pipe.memory_usage(key, samples=0)  # every entry counted
+    length, used = (absent(reply, key, grant) for reply in pipe.execute(False))
+    if not length:
+        return []
+    if int(used or 0) > max(ATTEMPTS_READ, int(length)) * ATTEMPT_BYTES:
+        log.warning("attempts of jid=%s hold %s bytes in %d entries: not read", jid, used, length)
+        return None
+    call = PeekList(key=key, start=-count, stop=-1, keep=ATTEMPT_BYTES)
+    try:
+        peeked = call.run(_peek_list(connection))
+    except redis_errors.ResponseError as error:
+        if wrong_type(error):
+            return []
+        raise refused(error, key, grant) from error
+    found = []
+    for head, size in zip(peeked[::2], peeked[1::2], strict=True):
+        attempt = _json_object(head) if int(size) <= len(head) else None
+        if attempt is not None:
+            found.append(attempt)
+    return found
+
+
+def _unread(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any]:
+    """What stands for an attempts list too large to be a worker's (forged)."""
+    used = connection.memory_usage(keys.attempts(jid), samples=0)  # a second look, rare
+    message = f"{int(used or 0):,} bytes: too large to be a worker's (forged?), not read"
+    return {**attempt_fields({}), "error_class": "Unreadable", "error_message": message}
+
+
+def attempt_fields(attempt: dict[str, Any]) -> dict[str, Any]:
+    """One attempt as read: only the worker's fields, each of its type or None."""
+    return {
+        "started_at": moment(attempt.get("started_at")),
+        "ended_at": moment(attempt.get("ended_at")),
+        **{name: _text(attempt.get(name)) for name in ATTEMPT_TEXTS},
+    }
+
+
+def status(connection: redis.Redis, keys: Keys, jid: str) -> str | None:
+    """The job's status; None if unknown or expired (or its key forged as
+    another type). A status that is not UTF-8 is decoded with replacement."""
+    try:
+        found = connection.get(keys.status(jid))
+    except redis_errors.ResponseError as error:
+        if wrong_type(error):
+            return None
+        raise refused(error, keys.status(jid), "~" + keys.status("*")) from error
+    return optional_text(found)
 
 
 def outcome(connection: redis.Redis, keys: Keys, found: Snapshot) -> Any:
@@ -111,22 +210,39 @@ def failure(connection: redis.Redis, keys: Keys, found: Snapshot) -> tuple[str |
     (a poison pill, a payload that cannot run) has no such attempt: its
     dead-set entry holds the reason, found by ZSCAN on this rare path.
     """
-    attempt = _json_object(found.last_attempt)
+    last = newest(connection, keys, found.jid, 1)
+    attempt = last[-1] if last else None
     if (
         attempt is not None
         and attempt.get("outcome") == found.status
         and (attempt.get("error_class") or attempt.get("error_message"))
     ):
-        return _text(attempt.get("error_class")), _text(attempt.get("error_message"))
+        return _text(attempt.get("error_class")), _error_message(attempt, found.jid)
     if found.status != "dead":
         return None, None
-    entry = _dead_entry(connection, keys, found.jid)
+    try:
+        entry = _dead_entry(connection, keys, found.jid)
+    except RedisPermissionError as error:  # a producer's user: say so, still JobFailed
+        return None, f"(the reason is in the dead set, which this Redis user may not read: {error})"
     if entry is None:
         return None, None
     if "crash_count" in entry:  # buried by the master: it killed its worker process
         return "PoisonPill", _text(entry.get("dead_reason"))
-    message = entry.get("error_message") or entry.get("dead_reason")
-    return _text(entry.get("error_class")), _text(message)
+    message = _error_message(entry, found.jid) or _text(entry.get("dead_reason"))
+    return _text(entry.get("error_class")), message
+
+
+def _error_message(fields: dict[str, Any], jid: str) -> str | None:
+    """An attempt's or entry's error message; an encrypt=True job's opened with
+    our keys (or why it cannot be: a producer without the key sees that)."""
+    token = fields.get(crypto.SEALED_ERROR)
+    if token is None:
+        return _text(fields.get("error_message"))
+    try:
+        opened = _json_object(crypto.open_text(token, jid, crypto.ERROR))
+    except crypto.DecryptError as error:
+        return f"(sealed: {error.reason})"
+    return _text((opened or {}).get("error_message"))
 
 
 def _dead_entry(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any] | None:
@@ -136,8 +252,10 @@ def _dead_entry(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any]
             entry = _json_object(member if len(member) <= PARSE_BYTES else None)
             if entry is not None and entry.get("jid") == jid:
                 return entry
-    except redis_errors.ResponseError:  # the dead set's key holds another type
-        return None
+    except redis_errors.ResponseError as error:
+        if wrong_type(error):  # the dead set's key holds another type
+            return None
+        raise refused(error, keys.dead, "~" + keys.dead) from error
     return None
 
 
@@ -172,8 +290,12 @@ def wait_for(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
     deadline = started + float(wait)
     pubsub = connection.pubsub()  # type: ignore[no-untyped-call]
     try:
-        pubsub.subscribe(keys.ended_channel(jid))
-        _confirmed(pubsub, deadline)
+        try:
+            pubsub.subscribe(keys.ended_channel(jid))
+            _confirmed(pubsub, deadline)
+        except redis_errors.ResponseError as error:  # NOPERM: the ACL lacks the channel
+            grant = f"+subscribe and &{keys.ended_channel('*')}"
+            raise refused(error, f"SUBSCRIBE {keys.ended_channel(jid)}", grant) from error
         while True:
             # Read after the subscription is confirmed: an end published
             # before it is seen here, one published after it wakes us.
@@ -225,13 +347,20 @@ class Preview:
         return self.size > len(self.head)
 
     @property
+    def sealed(self) -> bool:
+        """An encrypt=True job's result: shown as sealed, never opened for a view."""
+        return crypto.looks_sealed(self.head)
+
+    @property
     def text(self) -> str:
+        if self.sealed:
+            return f"(sealed: encrypt=True, {self.size:,} bytes)"
         return self.head.decode(errors="replace")
 
     @property
     def value(self) -> Any:
         """The decoded value when read whole and valid JSON, else the text."""
-        if not self.truncated:
+        if not self.truncated and not self.sealed:
             try:
                 return wire.strict_loads(self.head)
             except (ValueError, UnicodeDecodeError):
@@ -248,10 +377,8 @@ def preview(
     pipe = connection.pipeline(transaction=False)
     pipe.getrange(keys.result(jid), 0, limit - 1)
     pipe.strlen(keys.result(jid))
-    head, size = (
-        None if isinstance(reply, redis_errors.ResponseError) else reply
-        for reply in pipe.execute(raise_on_error=False)
-    )
+    grant = "~" + keys.result("*")
+    head, size = (absent(reply, keys.result(jid), grant) for reply in pipe.execute(False))
     if not size:
         return None
     return Preview(head.encode() if isinstance(head, str) else bytes(head or b""), int(size))

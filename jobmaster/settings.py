@@ -14,6 +14,7 @@ where the value came from (file and key, environment variable, option).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Callable
@@ -363,6 +364,21 @@ def host_names(value: object) -> list[str]:
         if name != "*" and not re.fullmatch(r"\[?[A-Za-z0-9_.:%-]+\]?", bare):
             raise ValueError(f'must be host names such as "jobs.example.com", got {name!r}')
     return names
+
+
+def proxy_addresses(value: object) -> list[str]:
+    """Addresses or networks of trusted proxies: ``127.0.0.1``, ``10.0.0.0/8``, ``::1``
+    (checked here, so a typo is a config error, not a proxy silently untrusted)."""
+    found = _items(value, "proxy addresses")
+    for item in found:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(
+                f'must be IP addresses or networks such as "127.0.0.1" or "10.0.0.0/8", '
+                f"got {item!r}"
+            ) from None
+    return found
 
 
 MIN_SECRET_LENGTH = 16
@@ -758,6 +774,17 @@ _ALL = [
         'for a domain, "*" for any (when a proxy in front checks it).',
         parse=host_names,
         env="JOBMASTER_WEB_HOSTS",
+    ),
+    Setting(
+        name="web_trusted_proxies",
+        default=[],
+        help='Addresses or networks ("127.0.0.1", "10.0.0.0/8") of the reverse proxies '
+        "in front of the web dashboard: only a request from one of them may say, in "
+        "X-Forwarded-For and X-Forwarded-Proto, who the client is and whether it came over "
+        "HTTPS. None by default: a local user could otherwise claim any address and "
+        "escape the login throttle.",
+        parse=proxy_addresses,
+        env="JOBMASTER_WEB_TRUSTED_PROXIES",
     ),
     Setting(
         name="web_cookie_secure",

@@ -225,6 +225,15 @@ def encrypted(marker: str, *, card: str, fail: bool = False) -> None:
     store().hset("test:encrypted", marker, card)
 
 
+@jobmaster.job(name="tests.encrypted_echo", encrypt=True, retry=0)
+def encrypted_echo(card: str, fail: bool = False) -> dict[str, str]:
+    """Returns its sealed argument, or raises an error that quotes it: what it
+    leaves behind must be sealed too (issue 23, item 3)."""
+    if fail:
+        raise ValueError(f"card {card} was declined\r\nfaked: line")
+    return {"card": card}
+
+
 @jobmaster.job(name="tests.kill_self_hooked", on_failure=_hook_failed)
 def kill_self_hooked(marker: str) -> None:
     """A poison pill with an on_failure hook: the hook must run once, in a worker."""

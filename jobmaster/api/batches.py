@@ -12,8 +12,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jobmaster.api.base import Backend, Connection, moment, number, text
+from jobmaster.api.base import Backend, Connection
 from jobmaster.scripts import BatchCancel
+from jobmaster.tolerant import moment, number, text
 
 
 @dataclass(frozen=True)

@@ -24,18 +24,23 @@ expired, or status tracking off).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from jobmaster import payload as wire
-from jobmaster.api.base import Backend, Connection, text
+from jobmaster.api.base import Backend, Connection, texts
 from jobmaster.api.queues import Queue
 from jobmaster.api.sorted_sets import JobSet, RetrySet, ScheduledSet
+from jobmaster.keys import Keys
 from jobmaster.scripts import Cancel, CancelRequest, CancelStep, FindQueued
+from jobmaster.tolerant import refused, text
 from jobmaster.unique import MODES
 from jobmaster.workflows.steps import step_of, workflow_step
+
+log = logging.getLogger("jobmaster.api.cancels")
 
 CANCELLED = "cancelled"  # the status of a cancelled job
 REQUEST_TTL = 7 * 24 * 3600  # seconds a request waits for its job (a requeued one may come late)
@@ -98,7 +103,10 @@ class Canceller:
             keep_for=REQUEST_TTL,
             most=MAX_REQUESTS,
         )
-        status, _ = request.run(self.backend.scripts.cancel_request)
+        try:
+            status, _ = request.run(self.backend.scripts.cancel_request)
+        except redis.ResponseError as error:  # NOPERM: say which grant the recipe has
+            raise refused(error, "the cancel request", _grants(keys)) from error
         found = text(status) or None
         if found not in CANCELLABLE:
             return Cancellation(jid, False, found)
@@ -111,15 +119,25 @@ class Canceller:
     def _from_set(self, jid: str, place: str) -> str | None:
         job_set: JobSet = (ScheduledSet if place == "scheduled" else RetrySet)(self.backend)
         try:
-            entry = job_set.find(jid)
-        except redis.ResponseError:  # the set's key forged as another type: no job there
+            entry = job_set.find(jid)  # None too when the set's key was forged
+        except redis.ResponseError as error:
+            if place != "retry" or not isinstance(error, redis.exceptions.NoPermissionError):
+                raise refused(error, job_set.key, "~" + job_set.key) from error
+            # The producer's user may not touch the retry set (docs/redis-deployment.md):
+            # the request made above stops the job when it is due and fetched.
+            log.info(
+                "cancel of jid=%s: the retry set is not this user's, the request stops it", jid
+            )
             return None
         if entry is None:
             return None
         return place if self._remove(job_set.key, "zset", entry.raw, entry.payload, jid) else None
 
     def _from_queues(self, jid: str) -> str | None:
-        for queue in Queue.all(self.backend):
+        # The queues jobs were pushed to (a paused one too): not Queue.all, which
+        # also reads the paused set, a key the producer's ACL user may not read.
+        names = texts(self.backend.redis.smembers(self.backend.keys.queues))
+        for queue in (Queue(name, self.backend) for name in names):
             start = 0
             while start >= 0:
                 find = FindQueued(queue_key=queue.key, jid=jid, start=start, size=FIND_PAGE)
@@ -158,6 +176,11 @@ class Canceller:
             return bool(call.run(backend.scripts.cancel))
         flow = workflow_step(keys, CANCELLED, step, bool(backend.status_ttl))
         return bool(CancelStep(call, flow, jid).run(backend.scripts.cancel_step))
+
+
+def _grants(keys: Keys) -> str:
+    """What the cancel request needs of the ACL (the producer's recipe has it)."""
+    return f"~{keys.status('*')}, ~{keys.cancels} and ~{keys.stat(CANCELLED)}"
 
 
 def _decoded(raw: bytes) -> dict[str, Any] | None:

@@ -14,7 +14,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from jobmaster.api.base import Backend, Connection, number
+from jobmaster.api.base import Backend, Connection
+from jobmaster.tolerant import number
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobmaster.api.base import Backend, Connection, number
+from jobmaster.api.base import Backend, Connection
+from jobmaster.tolerant import number
 
 # Policies under which a full Redis deletes any key, queues included: jobs vanish.
 # (volatile-* ones only touch keys with a TTL: statuses and locks, never jobs.)

@@ -23,9 +23,10 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from jobmaster.api.base import Backend, Connection, answers, as_bytes, number, text, texts
+from jobmaster.api.base import Backend, Connection, as_bytes, texts
 from jobmaster.api.records import JobRecord
 from jobmaster.connection import byte_list
+from jobmaster.tolerant import answers, number, text
 
 COMMANDS = ("quiet", "resume", "stop")
 CONTROL_TTL = 60  # seconds a command waits for a process that never reads it

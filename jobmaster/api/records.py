@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobmaster import payload as wire
-from jobmaster.api.base import moment, number
+from jobmaster.tolerant import moment, number
 
 PEEK_BYTES = 64 * 1024  # of each entry a listing reads: a page of 500 is 32 MB at most
 PARSE_BYTES = 1024 * 1024  # the longest entry JSON-parsed (about 5x that in objects)

@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+import redis
+
 from jobmaster import payload as wire
 from jobmaster.api.base import PAGE, Backend, Connection, glob_escape
 from jobmaster.api.records import PEEK_BYTES, SortedEntry
@@ -26,6 +28,7 @@ from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import JobmasterError
 from jobmaster.recovery import Recovery
 from jobmaster.scripts import Peek
+from jobmaster.tolerant import wrong_type
 
 KILLED = "killed by an operator"
 
@@ -128,12 +131,17 @@ class JobSet:
                 yield entry
 
     def find(self, jid: str) -> SortedEntry | None:
-        """The entry of ``jid``, found with ZSCAN (no full read of a big set)."""
+        """The entry of ``jid``, found with ZSCAN (no full read of a big set); None
+        when the set's key was forged as another type (SPEC §8: no job there)."""
         pattern = f"*{glob_escape(jid)}*"
-        for member, score in self.backend.redis.zscan_iter(self.key, match=pattern, count=PAGE):
-            entry = SortedEntry.from_member(member, score)
-            if entry.jid == jid:
-                return entry
+        try:
+            for member, score in self.backend.redis.zscan_iter(self.key, match=pattern, count=PAGE):
+                entry = SortedEntry.from_member(member, score)
+                if entry.jid == jid:
+                    return entry
+        except redis.ResponseError as error:
+            if not wrong_type(error):
+                raise
         return None
 
     def _entry(self, entry: SortedEntry | str) -> SortedEntry | None:

@@ -15,9 +15,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from jobmaster.api.base import Backend, Connection, answers, number, texts
+from jobmaster.api.base import Backend, Connection, texts
 from jobmaster.api.info import redis_info
 from jobmaster.api.queues import Queue, records_of
+from jobmaster.tolerant import answers, number
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from jobmaster.api.base import moment
+from jobmaster.tolerant import moment
 
 CLIP = 60  # characters of free text (errors, raw payloads) a table cell shows
 
@@ -37,6 +37,14 @@ def safe(text: str) -> str:
     """``text`` with every control character but newline and tab written out
     (ESC as ``\\x1b``): nothing read from Redis can drive the terminal."""
     return text.translate(_ESCAPES)
+
+
+def one_line(text: str) -> str:
+    """A field read from Redis (an error message, a worker name) kept to the one
+    line it is printed on: a forged CR or LF written out as ``\\x0d``/``\\x0a``
+    (as ``safe`` writes the other controls), so it cannot fake a line of its
+    own; ``safe`` leaves newlines alone, since the layout is made of them."""
+    return text.replace("\r", "\\x0d").replace("\n", "\\x0a")
 
 
 def echo(text: str = "", err: bool = False) -> None:

@@ -27,7 +27,16 @@ from jobmaster.commands.common import (
     target,
     yes_option,
 )
-from jobmaster.commands.output import clip, echo, echo_json, plural, relative, table, timestamp
+from jobmaster.commands.output import (
+    clip,
+    echo,
+    echo_json,
+    one_line,
+    plural,
+    relative,
+    table,
+    timestamp,
+)
 from jobmaster.errors import JobmasterError
 
 DEFAULT_LIMIT = 50
@@ -339,7 +348,7 @@ def describe(entry: SortedEntry, kind: SetKind) -> str:
     fields.append(("runnable", "yes" if entry.runnable else "no (delete it: it cannot be retried)"))
     if isinstance(payload.get("raw"), str):  # a garbage payload, buried with its raw text
         fields.append(("raw", payload["raw"]))
-    lines = [f"{name + ':':<10}{value}" for name, value in fields]
+    lines = [f"{name + ':':<10}{one_line(value)}" for name, value in fields]
     stored = json.dumps(entry.payload, indent=2, sort_keys=True) if entry.payload else entry.text
     return "\n".join([*lines, "entry:", stored])
 

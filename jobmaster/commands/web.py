@@ -49,16 +49,32 @@ def check_exposure(host: str, config: Config) -> None:
     help="Address to listen on; anything but loopback needs web_password or web_token.",
 )
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDRESS",
+    help="A reverse proxy (address or network) whose X-Forwarded-For/-Proto is believed "
+    "(repeat for several; the web_trusted_proxies setting). None by default.",
+)
 @command_options
 def web_command(
-    host: str, port: int, config_file: str | None, redis_url: str | None, debug: bool
+    host: str,
+    port: int,
+    trusted_proxies: tuple[str, ...],
+    config_file: str | None,
+    redis_url: str | None,
+    debug: bool,
 ) -> None:
     """Serve the web dashboard: queues, processes, retries, dead jobs, and actions on them.
 
     Needs the `web` extra (pip install 'jobmaster[web]'). To mount it inside
     your own ASGI app instead, see jobmaster.web.create_app.
     """
-    config = load(config_file, {"redis_url": redis_url})
+    overrides: dict[str, object] = {"redis_url": redis_url}
+    if trusted_proxies:
+        overrides["web_trusted_proxies"] = list(trusted_proxies)
+    config = load(config_file, overrides)
     check_exposure(host, config)
     try:
         import uvicorn
@@ -81,4 +97,7 @@ def web_command(
             "jobmaster web: no web_password or web_token: every local user of this "
             'machine can use the dashboard (web_token = "auto" keeps them out)'
         )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # uvicorn's own proxy_headers would trust X-Forwarded-For from 127.0.0.1,
+    # so any local user could claim any address and reset the login throttle:
+    # off, and the app believes only web_trusted_proxies (web/app.py).
+    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)

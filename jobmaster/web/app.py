@@ -1,6 +1,10 @@
 """``create_app``: the dashboard as one Starlette app, to serve or to mount.
 
-Middleware, outermost first: security headers, the Host check (only the
+Middleware, outermost first: the client's address and scheme from
+``X-Forwarded-For``/``-Proto``, only when the request comes from a proxy
+named in ``web_trusted_proxies`` (uvicorn's ProxyHeadersMiddleware; from
+anyone else the headers are ignored, so a local user cannot claim an
+address of its choice to escape the login throttle), security headers, the Host check (only the
 names the dashboard is known by: DNS rebinding), the Origin check of every
 POST (door.py), then the signed session cookie (itsdangerous, via
 Starlette) that carries the login flag and the CSRF token. The session key
@@ -20,6 +24,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from jobmaster.client import Client
 from jobmaster.config import Config, load_config
@@ -71,6 +76,11 @@ def create_app(
         Mount("/static", app=StaticFiles(packages=[("jobmaster.web", "static")]), name="static"),
     ]
     middleware = [
+        *(
+            [Middleware(ProxyHeadersMiddleware, trusted_hosts=config.web_trusted_proxies)]
+            if config.web_trusted_proxies
+            else []
+        ),
         Middleware(SecurityHeaders),
         Middleware(SecureCookies, mode=config.web_cookie_secure),
         Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(listen, config.web_hosts)),

@@ -12,9 +12,10 @@ import math
 import time
 from typing import Any
 
-from jobmaster.api.base import moment as shown
+from jobmaster import crypto
 from jobmaster.api.records import SHOW_CHARS
 from jobmaster.commands.output import duration as cli_duration
+from jobmaster.tolerant import moment as shown
 
 SHORT = 120  # characters of a job's arguments shown in a list row
 
@@ -60,6 +61,8 @@ def record_arguments(record: Any) -> str:
         return f"(too long to show: {record.length:,} bytes)"
     if record.payload is None:
         return str(record.text)
+    if crypto.is_sealed(record.payload):  # encrypt=True: the dashboard never opens them
+        return "(sealed: encrypt=True)"
     return arguments(record.args, record.kwargs)
 
 

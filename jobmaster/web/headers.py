@@ -42,7 +42,7 @@ class SecureCookies:
     """Mark the session cookie ``Secure`` (sent over HTTPS only), as
     ``web_cookie_secure`` says: ``"true"``, ``"false"``, or ``"auto"``: when
     the request came over HTTPS (TLS, or a proxy's ``X-Forwarded-Proto`` that
-    uvicorn trusts), so a cookie set behind HTTPS never travels in clear
+    web_trusted_proxies names), so a cookie set behind HTTPS never travels in clear
     while plain-HTTP loopback use keeps working."""
 
     def __init__(self, app: ASGIApp, mode: str = "auto") -> None:

@@ -113,7 +113,7 @@ class Manager:
     def record(self, unit: Unit, outcome: Outcome) -> None:
         """Record a job's outcome, only if it is still ours (else it was pushed
         back, or the watchdog recorded it); count it and run its hook."""
-        if self.table.may_record(unit) and record(self.ctx, unit.raw, outcome):
+        if self.table.may_record(unit) and record(self.ctx, unit.raw, outcome, unit.queue):
             self.job_metrics.observe_outcome(outcome, unit.queue)
             run_hook(outcome)
 
@@ -129,7 +129,7 @@ class Manager:
         """A job stuck past its timeout: no longer its thread's to record (or to
         wait for at a stop); its outcome is recorded here instead."""
         self.table.abandon(unit)
-        if record(self.ctx, unit.raw, outcome):
+        if record(self.ctx, unit.raw, outcome, unit.queue):
             self.job_metrics.observe_outcome(outcome, unit.queue)
             run_hook(outcome)
 

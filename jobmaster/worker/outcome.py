@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
+from jobmaster import crypto, results
 from jobmaster import payload as wire
-from jobmaster import results
 from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import JobCancelled, Permanent
 from jobmaster.frozen import frozen
@@ -92,6 +92,7 @@ class Outcome:
     workflow: Step | None = None  # its batch or chain, moved by FINISH_STEP
     result: bytes | None = None  # its return value as JSON (returns.py); None: nothing kept
     result_ttl: int | None = None  # seconds its end is kept (None: status_ttl)
+    sealed_error: str = ""  # an encrypt=True job's error message, sealed (crypto.py)
 
     @property
     def status(self) -> str:
@@ -194,7 +195,7 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
             workflow=job.step,
             started_at=started_at,
             ended_at=ended_at,
-            result=returns.encode(ending.value, job.jid, job.name),
+            result=_sealed_result(job, returns.encode(ending.value, job.jid, job.name)),
             result_ttl=returns.result_ttl(job.payload),
         )
     verdict = _failure(job.payload, error, options.backoff, ended_at, options.retry)
@@ -207,6 +208,7 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
         score=verdict.score,
         reason=verdict.reason,
         error=verdict.error,
+        sealed_error=verdict.sealed_error,
         hook=hook if verdict.kind in (Kind.DEAD, Kind.DROPPED) else None,
         unique_digest=job.until_executed,
         workflow=job.step,
@@ -214,6 +216,14 @@ def conclude(job: FetchedJob, ending: Ending, started_at: float, ended_at: float
         ended_at=ended_at,
         result_ttl=returns.result_ttl(job.payload),
     )
+
+
+def _sealed_result(job: FetchedJob, result: bytes | None) -> bytes | None:
+    """An encrypt=True job's result sealed as its arguments are (SPEC §8): it
+    often holds them. Only such jobs pay for it."""
+    if result is None or not crypto.is_sealed(job.payload):
+        return result
+    return crypto.seal_text(result.decode(), job.jid, crypto.RESULT).encode()
 
 
 def _not_run(
@@ -316,7 +326,8 @@ class Verdict(NamedTuple):
     stored: dict[str, Any] | None
     score: float
     reason: str
-    error: str  # "ErrorClass: message"
+    error: str  # "ErrorClass: message" ("ErrorClass: (sealed)" for an encrypt=True job)
+    sealed_error: str = ""  # its message, sealed (encrypt=True jobs only)
 
 
 def decide_failure(
@@ -337,6 +348,7 @@ def decide_failure(
         score=verdict.score,
         reason=verdict.reason,
         error=verdict.error,
+        sealed_error=verdict.sealed_error,
         workflow=step_of(payload),
     )
 
@@ -355,26 +367,57 @@ def _failure(
     without ``retry`` (pushed by a producer that doesn't know the job) gets
     the registered job's option, ``default_retry``.
     """
-    described = f"{type(error).__name__}: {error}"
+    fields = error_fields(error)
+    sealed = crypto.is_sealed(payload)
+    # An encrypt=True job's error text often quotes its arguments: what is
+    # stored (the entry, the attempt, the dead reason) names the class only,
+    # the text is sealed beside it (crypto.SEALED_ERROR).
+    message = SEALED if sealed else str(error)
+    described = f"{type(error).__name__}: {message}"
     retry = payload.get("retry", default_retry)
     count = int(payload.get("retry_count", 0) or 0) + 1
-    stored = {**payload, **error_fields(error), "retry_count": count, "failed_at": now}
+    stored = {**payload, **fields, "retry_count": count, "failed_at": now}
     if retry is False:
-        return Verdict(Kind.DROPPED, None, 0.0, "retry is off", described)
+        kind, score, reason = Kind.DROPPED, 0.0, "retry is off"
+        return _verdict(kind, None, score, reason, described, fields, payload, sealed)
     limit = DEFAULT_RETRY if retry is True or not isinstance(retry, int) else retry
     if isinstance(error, Permanent):
-        reason = f"{type(error).__name__}: {error} (permanent, not retried)"
+        reason = f"{type(error).__name__}: {message} (permanent, not retried)"
     elif count > limit:
-        reason = f"retries exhausted ({limit}): {type(error).__name__}: {error}"
+        reason = f"retries exhausted ({limit}): {type(error).__name__}: {message}"
     else:
         # A per-enqueue ``options(backoff=N)`` travels in the payload and wins
         # over the job's registered default.
         if isinstance(payload.get("backoff"), int | float):
             backoff = float(payload["backoff"])
         due = now + retry_delay(count, backoff)
-        return Verdict(Kind.RETRY, stored, due, described, described)
+        return _verdict(Kind.RETRY, stored, due, described, described, fields, payload, sealed)
     stored.update(dead_reason=reason, died_at=now)
-    return Verdict(Kind.DEAD, stored, now, reason, described)
+    return _verdict(Kind.DEAD, stored, now, reason, described, fields, payload, sealed)
+
+
+SEALED = "(sealed)"  # an encrypt=True job's error message, where it would be in clear
+
+
+def _verdict(
+    kind: Kind,
+    stored: dict[str, Any] | None,
+    score: float,
+    reason: str,
+    described: str,
+    fields: dict[str, Any],
+    payload: Mapping[str, Any],
+    sealed: bool,
+) -> Verdict:
+    """The verdict; for an encrypt=True job, its error's message and backtrace
+    sealed (one token, in the stored entry and the attempt) and cleared."""
+    if not sealed:
+        return Verdict(kind, stored, score, reason, described)
+    plain = {"error_message": fields["error_message"], "error_backtrace": fields["error_backtrace"]}
+    token = crypto.seal_text(json.dumps(plain), str(payload.get("jid")), crypto.ERROR)
+    if stored is not None:
+        stored.update(error_message=SEALED, error_backtrace=[], **{crypto.SEALED_ERROR: token})
+    return Verdict(kind, stored, score, reason, described, token)
 
 
 def run_hook(outcome: Outcome) -> None:
@@ -392,7 +435,7 @@ def run_hook(outcome: Outcome) -> None:
         )
 
 
-def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
+def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") -> bool:
     """Store the outcome and acknowledge the job; True once Redis has it, False
     if Redis stayed away, or if the job was no longer ours to record.
 
@@ -426,7 +469,11 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome) -> bool:
         "error_class": error_class or None,
         "error_message": error_message or None,
         "worker": ctx.name,
+        "job": outcome.job,  # the job's page names it once the job has left every list
+        "queue": queue or None,
     }
+    if outcome.sealed_error:
+        attempt[crypto.SEALED_ERROR] = outcome.sealed_error
     finish = Finish(
         inprogress_key=ctx.inprogress_key,
         processed_key=keys.stat(counted),

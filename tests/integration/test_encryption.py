@@ -14,6 +14,7 @@ from jobmaster import payload as wire
 from jobmaster.client import Client
 from jobmaster.config import Config
 from jobmaster.crypto import Keyring
+from jobmaster.errors import JobmasterError
 from jobmaster.keys import Keys
 from jobmaster.worker.process import WorkerProcess
 from tests import jobs
@@ -105,3 +106,48 @@ def test_a_job_sealed_with_an_unknown_key_is_dead_and_the_worker_goes_on(
     jobs.encrypted.enqueue("after", card="fine")  # the worker keeps running jobs
     wait_until(lambda: store.hget("test:encrypted", "after") == b"fine", timeout=10)
     assert store.hget("test:attempts", "x") is None  # the stranger never ran
+
+
+def stored_anywhere(store: redis.Redis) -> bytes:
+    """Every value in the namespace, strings, lists and sorted sets alike."""
+    found = []
+    for key in store.scan_iter(match="jobmaster:*"):
+        kind = store.type(key)
+        if kind == b"string":
+            found.append(store.get(key) or b"")
+        elif kind == b"list":
+            found += store.lrange(key, 0, -1)
+        elif kind == b"zset":
+            found += store.zrange(key, 0, -1)
+    return b"\n".join(found)
+
+
+def test_the_result_and_the_error_text_are_sealed_too(
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+    store: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 23, item 3: a job returning its sealed argument stored it in clear
+    under result:<jid>, and error messages in attempts and the dead set were
+    clear; now only the name, queue, jid, times and error class are."""
+    done = jobs.encrypted_echo.enqueue(PLAIN)
+    failed = jobs.encrypted_echo.enqueue(PLAIN, fail=True)
+    running_worker(make_config(secret_key=[KEY]))
+    assert jobmaster.result(done, wait=10) == {"card": PLAIN}  # opened for the producer
+    with pytest.raises(jobmaster.JobFailed) as raised:
+        jobmaster.result(failed, wait=10)
+    assert raised.value.error_class == "ValueError"
+    assert PLAIN in str(raised.value.error_message)  # opened with the key
+    assert PLAIN.encode() not in stored_anywhere(store)
+    assert PLAIN not in caplog.text and "ValueError: (sealed)" in caplog.text  # nor logged
+    assert store.get(K.result(done)).startswith(b"jm1.")
+    [attempt] = jobmaster.attempts(failed)
+    assert attempt["error_class"] == "ValueError" and PLAIN not in str(attempt)
+    assert attempt["job"] == "tests.encrypted_echo" and attempt["queue"] == "default"
+    crypto.set_keys([UNKNOWN_KEY])  # a producer with another key: told, not shown
+    with pytest.raises(jobmaster.JobFailed) as unopened:
+        jobmaster.result(failed)
+    assert "sealed" in str(unopened.value.error_message)
+    with pytest.raises(JobmasterError, match=f"cannot decrypt the result of job {done}"):
+        jobmaster.result(done)

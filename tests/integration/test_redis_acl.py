@@ -187,3 +187,64 @@ def test_the_producer_user_enqueues_every_way_and_controls_nothing(
                 user.execute_command(*command)
                 pytest.fail(f"the producer could {what}")
     assert not admin.exists("jobmaster:{jobmaster}:control:host:1:master")
+
+
+def test_the_producer_user_waits_for_results_cancels_and_reads_status(
+    private_redis: RedisServerProcess,
+    admin: redis.Redis,
+    make_config: Callable[..., Config],
+    running_worker: StartWorker,
+) -> None:
+    """Issue 23, item 4: as the documented producer user, ``result`` of a complete
+    job was None (its NOPERM read as "no result"), ``result(wait=2)`` raised on
+    SUBSCRIBE, ``cancel`` raised. The recipe now grants what they need."""
+    from click.testing import CliRunner
+
+    from jobmaster.api import Canceller
+    from jobmaster.cli import main
+    from jobmaster.errors import JobFailed
+    from tests import result_jobs
+
+    acl.create_user(admin, acl.PRODUCER, PASSWORD, rule=acl.PRODUCER)
+    url = user_url(private_redis, acl.PRODUCER)
+    producer = Client(url)
+    admin_url = f"redis://127.0.0.1:{private_redis.port}/0"
+    worker_config = make_config(url=admin_url)
+    added = producer.push({"job": result_jobs.add.name, "args": [2, 3]})
+    failed = producer.push({"job": result_jobs.fails.name, "args": ["no luck"]})
+    later = producer.push({"job": "tests.count", "args": [1], "at": time.time() + 60})
+    queued = producer.push({"job": "tests.count", "args": [2], "queue": "parked"})
+    running_worker(worker_config)
+    assert producer.result(added, wait=10) == {"sum": 5}  # waited on its channel
+    with pytest.raises(JobFailed, match="no luck"):
+        producer.result(failed, wait=10)
+    assert Canceller(producer).cancel(later).removed_from == "scheduled"
+    assert Canceller(producer).cancel(queued).removed_from == "queue parked"
+    status = CliRunner().invoke(main, ["status", added, "--redis-url", url])
+    assert status.exit_code == 0 and "complete" in status.output, status.output
+    assert acl.acl_log(admin) == []  # not one command was refused
+
+
+def test_a_refused_read_is_an_error_that_names_the_grant(
+    private_redis: RedisServerProcess, admin: redis.Redis
+) -> None:
+    """A user without ``result:*`` (the old recipe): a complete job's result is a
+    permission error naming the key and grant, never None."""
+    from jobmaster.errors import RedisPermissionError
+
+    keys = Keys()
+    for user, grants in [("narrow", []), ("wider", [f"~{keys.result('*')}"])]:
+        admin.execute_command(
+            "ACL", "SETUSER", user, "on", f">{PASSWORD}", "resetkeys",
+            f"~{keys.status('*')}", f"~{keys.attempts('*')}", *grants, "nocommands", "+@read",
+            "+@connection", "+evalsha", "+script|load", "+script|exists", "+info",
+        )  # fmt: skip
+    admin.set(keys.status("j1"), "complete")
+    admin.set(keys.result("j1"), "42")
+    narrow = Client(user_url(private_redis, "narrow"))
+    with pytest.raises(RedisPermissionError, match=r"result:\*") as refused:
+        narrow.result("j1")
+    assert keys.result("j1") in str(refused.value)
+    admin.set(keys.status("j2"), "queued")
+    with pytest.raises(RedisPermissionError, match=r"\+subscribe and &.*ended:\*"):
+        Client(user_url(private_redis, "wider")).result("j2", wait=2)

@@ -138,3 +138,17 @@ def test_the_keys_never_appear_in_reprs() -> None:
     assert config.secret_key == [KEY_A]
     assert KEY_A not in repr(config)
     assert KEY_A not in repr(Keyring([KEY_A]))
+
+
+def test_a_sealed_text_opens_only_as_what_and_for_whom_it_was_sealed() -> None:
+    """A job's sealed result or error names its jid and purpose (issue 23, item 3):
+    it cannot be passed off as another job's, as its error, or as arguments."""
+    crypto.set_keys([KEY_A])
+    token = crypto.seal_text('{"card": "4242"}', "jid-1", crypto.RESULT)
+    assert crypto.looks_sealed(token) and not crypto.looks_sealed('"jm1.x"')
+    assert crypto.open_text(token, "jid-1", crypto.RESULT) == '{"card": "4242"}'
+    for jid, purpose in [("jid-2", crypto.RESULT), ("jid-1", crypto.ERROR)]:
+        with pytest.raises(DecryptError, match=f"the {purpose} of job {jid}"):
+            crypto.open_text(token, jid, purpose)
+    with pytest.raises(DecryptError):
+        Keyring([KEY_A]).open(token, "jid-1\nresult")  # not as arguments either

@@ -6,6 +6,7 @@ or running), its attempts; cancel it (from here or the Busy page).
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
@@ -16,6 +17,7 @@ from jobmaster import results
 from jobmaster.api import Canceller, JobRecord
 from jobmaster.api.cancels import CANCELLABLE
 from jobmaster.web.dashboard import SETS, dashboard
+from jobmaster.web.formatting import record_arguments
 from jobmaster.web.routing import action, page, render, to
 from jobmaster.web.views.sets import TITLES
 
@@ -23,7 +25,7 @@ from jobmaster.web.views.sets import TITLES
 def lookup(request: Request) -> Response:
     jid = request.query_params.get("jid", "").strip()
     if not jid:
-        return render(request, "job.html", jid="", status=None, attempts=[], places=[])
+        return render(request, "job.html", jid="", status=None, attempts=[], places=[], facts={})
     return RedirectResponse(to(request, f"/jobs/{quote(jid, safe='')}"), status_code=303)
 
 
@@ -40,6 +42,7 @@ def job(request: Request) -> Response:
             places.append((f"running in {running.identity}", "/busy", running.record))
     client = board.client
     status = client.status(jid)
+    attempts = client.attempts(jid)
     return render(
         request,
         "job.html",
@@ -47,9 +50,20 @@ def job(request: Request) -> Response:
         status=status,
         result=results.preview(client.redis, client.keys, jid) if status == "complete" else None,
         cancellable=status in CANCELLABLE,
-        attempts=client.attempts(jid),
+        attempts=attempts,
         places=places,
+        facts=facts(places[0][2] if places else None, attempts[-1] if attempts else {}),
     )
+
+
+def facts(record: JobRecord | None, last: dict[str, Any]) -> dict[str, str | None]:
+    """The job's name, queue and arguments: from its entry where it waits or runs
+    (arguments of an encrypt=True job stay sealed), else from its newest attempt,
+    which names the job and queue but keeps no arguments. Read tolerantly: a
+    forged entry gives None, never an error."""
+    if record is not None and (record.job or record.queue):
+        return {"job": record.job, "queue": record.queue, "arguments": record_arguments(record)}
+    return {"job": last.get("job"), "queue": last.get("queue"), "arguments": None}
 
 
 def job_cancel(request: Request, form: FormData) -> tuple[str, str]:
