@@ -31,8 +31,11 @@ v2 at ``cgroup_root``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+log = logging.getLogger("jobmaster.cgroups")
 
 UNLIMITED = 2**60  # v1 writes a huge number (page-rounded 2**63 - 1) for "no limit"
 
@@ -193,7 +196,7 @@ def _limit(path: Path) -> int | None:
 def _number(path: Path) -> int | None:
     lines = _lines(path)
     text = lines[0].strip() if lines else ""
-    return int(text) if text.isdigit() else None
+    return _digits(text, path) if text not in ("", "max") else None
 
 
 def _keyed(path: Path) -> dict[str, int]:
@@ -201,9 +204,29 @@ def _keyed(path: Path) -> dict[str, int]:
     values = {}
     for line in _lines(path):
         key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            values[key] = int(value)
+        number = _digits(value.strip(), path)
+        if number is not None:
+            values[key] = number
     return values
+
+
+_reported: set[Path] = set()  # files already logged as unreadable: once each, not every sample
+
+
+def _digits(text: str, path: Path) -> int | None:
+    """ASCII digits as a number; anything else is reported (once per file) and ignored.
+
+    Why not ``str.isdigit``: it accepts "²" and other Unicode digits that
+    ``int`` refuses, and one such file made the master fail at start and
+    ``jobmaster check`` crash. The kernel writes none, but a reader of a
+    file must not fail on its content.
+    """
+    if text.isascii() and text.isdigit():
+        return int(text)
+    if path not in _reported:
+        _reported.add(path)
+        log.warning("unreadable cgroup file %s (%r): ignored", path, text[:40])
+    return None
 
 
 def _lines(path: Path) -> list[str]:
