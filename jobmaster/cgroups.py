@@ -47,6 +47,7 @@ class Usage:
     usage: int  # memory.current / memory.usage_in_bytes: what the kernel compares
     inactive_file: int  # clean page cache the kernel takes back before any OOM kill
     oom_kills: int | None  # processes the kernel OOM-killed in this group so far
+    shmem: int = 0  # tmpfs and shared memory (/dev/shm files): held by no process
 
     @property
     def working_set(self) -> int:
@@ -89,7 +90,16 @@ class MemoryCgroup:
         # v1's plain inactive_file is this group's own pages only.
         inactive = stat.get("inactive_file" if self.version == 2 else "total_inactive_file", 0)
         events = _keyed(folder / ("memory.events" if self.version == 2 else "memory.oom_control"))
-        return Usage(usage, inactive, events.get("oom_kill"))
+        shmem = stat.get("shmem" if self.version == 2 else "total_shmem", 0)
+        return Usage(usage, inactive, events.get("oom_kill"), shmem)
+
+    def pids(self) -> list[int]:
+        """The processes of our own group (for a log line of what holds memory)."""
+        return [
+            int(p)
+            for line in _lines(self.own / "cgroup.procs")
+            if (p := line.strip()).isdigit() and p.isascii()
+        ]
 
 
 def find_memory_cgroup(

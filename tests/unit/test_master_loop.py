@@ -38,6 +38,7 @@ from jobmaster.supervisor.backoff import FIRST_DELAY
 from jobmaster.supervisor.build import build_master
 from jobmaster.supervisor.children import (
     QUIET,
+    RECYCLING,
     RETIRING,
     RUNNING,
     STARTING,
@@ -960,7 +961,7 @@ def test_a_child_over_its_limit_three_times_is_recycled_replacement_first(
         check_memory_now(harness)
     assert big.state == RUNNING
     check_memory_now(harness)
-    assert big.state == STOPPING and big.memory_cause == "over max_child_mb 150 (uss)"
+    assert big.state == RECYCLING and big.memory_cause == "over max_child_mb 150 (uss)"
     # Asked on its pipe, with the limit it is over; never a signal, which a
     # platform may send to every process (and a child could not tell apart).
     assert harness.signals_to(big) == []
@@ -993,7 +994,7 @@ def test_a_child_at_max_jobs_is_recycled_without_blame(harness: Harness) -> None
     [child, *_] = harness.start_all()
     os.write(harness.write_ends[child.pid], b"M")
     harness.master.read_ready(child)
-    assert child.state == STOPPING and child.memory_cause is None
+    assert child.state == RECYCLING and child.memory_cause is None
     assert harness.signals_to(child) == []  # it quieted itself and stops once idle
     harness.die(child, exited_with(0))
     [(_, triage)] = harness.recovery.requeued
@@ -1007,7 +1008,7 @@ def test_the_container_guard_recycles_the_largest_once_at_a_time(
     children = harness.start_all()
     sizes_for(monkeypatch, {children[0].pid: 300.0, children[1].pid: 350.0, children[2].pid: 260.0})
     check_memory_now(harness)
-    assert children[1].state == STOPPING
+    assert children[1].state == RECYCLING
     assert harness.signals_to(children[1]) == []
     [(verb, reason)] = harness.requests_to(children[1])
     assert verb == "recycle" and reason == "container memory guard (1000 MB)"
@@ -1038,8 +1039,11 @@ def test_the_last_line_kills_the_largest_child_and_blames_its_jobs_exactly(
         "this job 3 times: container memory at 960 of 1000 MB"
     )
     assert triage(b"fetched, not started", {"jid": "k"}) == ({"jid": "k"}, None)
-    harness.master.spawn_missing()  # a kill is no crash: replaced without backoff
-    assert [index for index, _ in harness.forks].count(big.index) == 2
+    # A kill is no crash, but backs off like one (never a kill loop): it
+    # served under a second, so its slot waits out the first delay.
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks].count(big.index) == 1
+    assert harness.master.respawns.waiting(big.index, time.monotonic())
 
 
 def test_no_room_a_recycled_child_pushes_its_jobs_back_now(
@@ -1078,7 +1082,7 @@ def test_near_the_limit_a_replacement_waits_until_the_recycled_child_has_gone(
     sizes.update({replacement.pid: 260.0, big.pid: 60.0})  # 720 with the old one: over 70 %
     for _ in range(3):
         check_memory_now(harness)
-    assert replacement.state == STOPPING
+    assert replacement.state == RECYCLING
     harness.master.spawn_missing()
     assert [index for index, _ in harness.forks].count(big.index) == 2  # held back
     harness.die(replacement, exited_with(0))
