@@ -54,9 +54,9 @@ class Descendants:
         roots = list(roots)
         children: dict[int, list[int]] = defaultdict(list)
         with contextlib.suppress(psutil.Error, OSError):
-            for process in psutil.process_iter(["ppid"]):
+            for process in psutil.process_iter(["ppid", "status"]):
                 parent = process.info.get("ppid")
-                if isinstance(parent, int):
+                if isinstance(parent, int) and process.info.get("status") != psutil.STATUS_ZOMBIE:
                     children[parent].append(process.pid)
         for root in list(self.known):
             if root not in roots:

@@ -1157,3 +1157,60 @@ def test_a_child_whose_start_hook_failed_is_a_crash_at_start_backed_off_not_a_ha
     assert delays[2] == pytest.approx(0.4, abs=0.05)
     assert not harness.master.stopping
     assert harness.master.exit_code == exitcodes.OK
+
+
+def test_usage_held_high_by_the_rest_kills_and_blames_no_child(
+    make_harness: Callable[..., Harness],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hole 4 (a): a fake v1 tree held at 960 of 1000 MB and children of 30 MB
+    each: 48 memory kills and 49 forks in 10 s, an innocent job buried. The
+    growth is not the children's: nothing is killed, recycled or blamed, and
+    the log says what holds the memory."""
+    usage = tmp_path / "memory.usage_in_bytes"
+    usage.write_text(f"{100 * 2**20}\n")
+    (tmp_path / "memory.stat").write_text(f"total_shmem {700 * 2**20}\n")
+    harness = make_harness(
+        container_mb=1000, cgroup=MemoryCgroup(1, tmp_path, tmp_path, 1000 * 2**20)
+    )
+    children = harness.start_all()
+    sizes_for(monkeypatch, {c.pid: 30.0 for c in children})
+    usage.write_text(f"{960 * 2**20}\n")  # a tmpfs file, a sidecar: not the children
+    with caplog.at_level("WARNING", logger="jobmaster.supervisor.memory_policy"):
+        for _ in range(50):
+            check_memory_now(harness)
+            for child in harness.children():
+                if signal.SIGKILL in harness.signals_to(child):
+                    harness.die(child, killed_by(signal.SIGKILL))
+            harness.master.spawn_missing()
+    assert harness.kills == [] and harness.recovery.requeued == []
+    assert all(harness.requests_to(c) == [] for c in children)
+    assert len(harness.forks) == 3
+    [line] = [r.getMessage() for r in caplog.records if "not by the children" in r.getMessage()]
+    assert "the children hold 90 MB, the rest 870 MB" in line and "tmpfs/shm files 700 MB" in line
+
+
+def test_a_child_whose_subprocess_grows_is_measured_and_killed_with_it(
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hole 4: a job's subprocess (in a session of its own) grew while the
+    master, measuring children alone, killed the *other* child. Its tree is
+    measured, and the kill takes the subprocess too."""
+    harness = make_harness(container_mb=1000)
+    children = harness.start_all()
+    grower = 7_000_001  # a fake pid: the descendant seam below names it
+    sizes = {children[0].pid: 60.0, children[1].pid: 20.0, children[2].pid: 20.0, grower: 880.0}
+    sizes_for(monkeypatch, sizes)
+    descendants = harness.master.memory.descendants
+    monkeypatch.setattr(
+        descendants,
+        "update",
+        lambda roots: {pid: ([grower] if pid == children[1].pid else []) for pid in roots},
+    )
+    killed: list[int] = []
+    monkeypatch.setattr(descendants, "kill", lambda root: killed.append(root) or [grower])
+    check_memory_now(harness)  # 980 MB: the tree of child 1 holds 900 of it
+    assert harness.signals_to(children[1]) == [signal.SIGKILL]
+    assert harness.signals_to(children[0]) == [] and killed == [children[1].pid]
