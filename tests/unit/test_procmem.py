@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,9 +35,7 @@ time.sleep(60)
 def tree(tmp_path: Path) -> Iterator[tuple[int, int, int]]:
     """(root, middle, leaf) pids; every one killed after."""
     leaf_file, middle_file = tmp_path / "leaf", tmp_path / "middle"
-    root = subprocess.Popen(
-        [sys.executable, "-c", ROOT, MIDDLE, str(leaf_file), str(middle_file)]
-    )
+    root = subprocess.Popen([sys.executable, "-c", ROOT, MIDDLE, str(leaf_file), str(middle_file)])
     pids: list[int] = [root.pid]
     try:
         wait_until(lambda: leaf_file.exists() and leaf_file.read_text(), timeout=20)
@@ -45,10 +44,8 @@ def tree(tmp_path: Path) -> Iterator[tuple[int, int, int]]:
         yield pids[0], pids[1], pids[2]
     finally:
         for pid in pids:
-            try:
+            with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
         root.wait(timeout=10)
 
 
@@ -67,8 +64,9 @@ def test_a_subprocess_in_its_own_session_is_found_and_kept_once_orphaned(
     assert (measure_mb(leaf, "uss") or 0) > 0
     assert found.kill(root) == [leaf]
     wait_until(
-        lambda: not psutil.pid_exists(leaf)
-        or psutil.Process(leaf).status() == psutil.STATUS_ZOMBIE,
+        lambda: (
+            not psutil.pid_exists(leaf) or psutil.Process(leaf).status() == psutil.STATUS_ZOMBIE
+        ),
         timeout=10,
     )
     assert found.update([]) == {} and found.known == {}
