@@ -18,8 +18,10 @@ reports rather than blames on a child.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
 
@@ -53,11 +55,8 @@ class Descendants:
         Roots not named are forgotten (their processes are not signalled)."""
         roots = list(roots)
         children: dict[int, list[int]] = defaultdict(list)
-        with contextlib.suppress(psutil.Error, OSError):
-            for process in psutil.process_iter(["ppid", "status"]):
-                parent = process.info.get("ppid")
-                if isinstance(parent, int) and process.info.get("status") != psutil.STATUS_ZOMBIE:
-                    children[parent].append(process.pid)
+        for pid, parent in _parents():
+            children[parent].append(pid)
         for root in list(self.known):
             if root not in roots:
                 del self.known[root]
@@ -86,6 +85,39 @@ class Descendants:
                 process.kill()
                 killed.append(pid)
         return killed
+
+
+def _parents() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every live process (zombies left out).
+
+    /proc/PID/stat read directly where there is one: psutil's process_iter
+    took 44 ms for 130 processes on a busy 2-core machine, the master's
+    loop does this at every sample (every 200 ms near a container's limit),
+    and this takes a few. psutil elsewhere.
+    """
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        found = []
+        with contextlib.suppress(psutil.Error, OSError):
+            for process in psutil.process_iter(["ppid", "status"]):
+                parent, status = process.info.get("ppid"), process.info.get("status")
+                if isinstance(parent, int) and status != psutil.STATUS_ZOMBIE:
+                    found.append((process.pid, parent))
+        return found
+    found = []
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split(b" ", 2)
+        if len(fields) >= 2 and fields[0] != b"Z" and fields[1].isdigit():
+            found.append((int(entry.name), int(fields[1])))
+    return found
 
 
 def _alive(process: psutil.Process) -> bool:
