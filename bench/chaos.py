@@ -245,16 +245,22 @@ class Chaos:
     def start(self) -> None:
         self.conn = self.server.client(socket_timeout=10)
         self.inflight_script = self.conn.register_script(INFLIGHT_SCRIPT)
+        self.master = self.pool(
+            self.tmp, max_child_mb=MAX_CHILD_MB, memory_check_interval=1, memory_grace=5
+        )
+        self.enqueue()
+        self.master.start()
+        self.master.wait_children(self.profile.processes)
+
+    def pool(self, folder: Path, **settings: Any) -> Master:
+        """A master (not started) with the run's config in ``folder``, plus ``settings``."""
         config = write_config(
-            self.tmp,
+            folder,
             self.server.url,
             app=["chaos_jobs"],
             processes=self.profile.processes,
             concurrency=self.profile.concurrency,
             shutdown_timeout=SHUTDOWN_TIMEOUT,
-            max_child_mb=MAX_CHILD_MB,
-            memory_check_interval=1,
-            memory_grace=5,
             poll_interval=0.5,
             heartbeat_ttl=HEARTBEAT_TTL,
             # A child dies about once a second here, so a job may be in three
@@ -264,12 +270,10 @@ class Chaos:
             # The disruptions' own jobs must not wait behind the whole backlog.
             queues=QUEUES,
             strict=True,
+            **settings,
         )
         url = f"{self.server.url}?socket_timeout={SOCKET_TIMEOUT}"
-        self.master = Master(config, self.server.url, self.logfile, redis_url=url)
-        self.enqueue()
-        self.master.start()
-        self.master.wait_children(self.profile.processes)
+        return Master(config, self.server.url, self.logfile, redis_url=url)
 
     def enqueue(self) -> None:
         mean = self.profile.job_ms
@@ -749,23 +753,7 @@ class Chaos:
         """The pool, restarted with max_jobs_per_child = 1 (its own config)."""
         folder = self.tmp / "recycling"
         folder.mkdir(exist_ok=True)
-        config = write_config(
-            folder,
-            self.server.url,
-            app=["chaos_jobs"],
-            processes=self.profile.processes,
-            concurrency=self.profile.concurrency,
-            shutdown_timeout=SHUTDOWN_TIMEOUT,
-            max_jobs_per_child=1,
-            memory_grace=RECYCLE_GRACE,
-            poll_interval=0.5,
-            heartbeat_ttl=HEARTBEAT_TTL,
-            max_crashes=MAX_CRASHES,
-            queues=QUEUES,
-            strict=True,
-        )
-        url = f"{self.server.url}?socket_timeout={SOCKET_TIMEOUT}"
-        return Master(config, self.server.url, self.logfile, redis_url=url)
+        return self.pool(folder, max_jobs_per_child=1, memory_grace=RECYCLE_GRACE)
 
     @contextlib.contextmanager
     def recycling(self, prefix: str) -> Iterator[tuple[Master, int]]:

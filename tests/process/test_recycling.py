@@ -22,7 +22,16 @@ pytestmark = pytest.mark.process
 K = Keys()
 Run = Callable[..., JobmasterProcess]
 Write = Callable[..., Path]
-APP = ["tests.jobs", "tests.recycle_jobs"]
+# The issue's run: 1 process x 2 threads, recycled after each job, with a
+# recycle's grace (30 s) ten times a stop's.
+RECYCLING = {
+    "app": ["tests.jobs", "tests.recycle_jobs"],
+    "processes": 1,
+    "concurrency": 2,
+    "shutdown_timeout": 3,
+    "memory_grace": 30,
+    "max_jobs_per_child": 1,
+}
 
 
 def recycling(store: redis.Redis, master: JobmasterProcess, redis_url: str) -> int:
@@ -47,14 +56,7 @@ def test_a_term_reaches_a_child_being_recycled(
 ) -> None:
     """Hole 1: the master waited for the recycle's 30 s grace (it exited after
     23 s) while a platform's KILL comes after shutdown_timeout."""
-    config = write_config(
-        app=APP,
-        processes=1,
-        concurrency=2,
-        shutdown_timeout=3,
-        memory_grace=30,
-        max_jobs_per_child=1,
-    )
+    config = write_config(**RECYCLING)
     master = run_jobmaster("-c", str(config))
     recycling(store, master, redis_url)
     time.sleep(1.5)
@@ -76,14 +78,7 @@ def test_a_recycling_child_never_fetches_again_after_a_resume(
 ) -> None:
     """Hole 2: the master forwarded CONT to every child, and the recycling one
     logged "resumed: fetching again" and ran new jobs."""
-    config = write_config(
-        app=APP,
-        processes=1,
-        concurrency=2,
-        shutdown_timeout=3,
-        memory_grace=30,
-        max_jobs_per_child=1,
-    )
+    config = write_config(**RECYCLING)
     master = run_jobmaster("-c", str(config))
     old = recycling(store, master, redis_url)
     master.signal(signal.SIGTSTP)
