@@ -71,7 +71,7 @@ def test_a_term_reaches_a_child_being_recycled(
     assert b'"long"' in raw and b"crash_count" not in raw
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("resume", ["CONT", "ctl resume"])
 def test_a_recycling_child_never_fetches_again_after_a_resume(
     resume: str, run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
@@ -97,7 +97,13 @@ def test_a_recycling_child_never_fetches_again_after_a_resume(
     wait_until(lambda: "resuming children" in master.log(), timeout=10)
     markers = [f"after{n}" for n in range(6)]
     Client(redis_url).push_bulk({"job": "tests.ran_by", "args": [[m] for m in markers]})
-    wait_until(lambda: store.scard("test:done") >= 7, timeout=40, message="6 new jobs done")
+    # Each child runs one or two jobs, then is recycled and replaced: forks
+    # under a loaded machine's CPU, hence the generous wait.
+    try:
+        wait_until(lambda: store.scard("test:done") >= 7, timeout=90)
+    except AssertionError as slow:
+        done = store.smembers("test:done")
+        raise AssertionError(f"6 new jobs not done: {done}\n{master.log()}") from slow
     ran_by = {k.decode(): int(v) for k, v in store.hgetall("test:ran_by").items()}
     assert [m for m in markers if ran_by[m] == old] == [], master.log()
     assert f"pid={old} " not in "".join(
