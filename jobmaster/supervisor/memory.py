@@ -25,14 +25,16 @@ holds its memory until it is gone). As usage rises:
   crosses the last 15 % in a few seconds, between two samples at the default
   memory_check_interval of 5 s. (Every second above 70 % let a child growing
   50 MB/s in a 600 MB group jump from under 85 % to 97 % between samples.)
-- GUARD (90 %): the largest serving child is recycled (replacement first,
-  graceful); again at the next sample while what is left once the leaving
-  children are gone would still be over the line. Over this line there is
+- GUARD (90 %): the largest serving child over its share (below) is
+  recycled (replacement first, graceful); again at the next sample while
+  what is left once the leaving children are gone would still be over the
+  line. Over this line there is
   no room: a child recycled over memory pushes its jobs back now instead of
   finishing them within memory_grace, since finishing them is what could
   take the container over its limit.
-- LAST_LINE (95 %): the master SIGKILLs the largest child, leaving ones
-  included, and requeues its jobs, blaming them exactly as for a crash
+- LAST_LINE (95 %): the master SIGKILLs the largest child over its share,
+  leaving ones included, if its death brings usage back under the line, and
+  requeues its jobs, blaming them exactly as for a crash
   (poison.py). The kernel's OOM killer would pick a victim by its own rules
   (possibly the master) a moment later; this way jobmaster chooses, says
   why, and a job that bloats its child every time still ends in the dead
