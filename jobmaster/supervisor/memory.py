@@ -28,18 +28,17 @@ holds its memory until it is gone). As usage rises:
 - GUARD (90 %): the largest serving child over its share (below) is
   recycled (replacement first, graceful); again at the next sample while
   what is left once the leaving children are gone would still be over the
-  line. Over this line there is
-  no room: a child recycled over memory pushes its jobs back now instead of
-  finishing them within memory_grace, since finishing them is what could
-  take the container over its limit.
+  line. Over this line there is no room: a child recycled over memory
+  pushes its jobs back now instead of finishing them within memory_grace,
+  since finishing them is what could take the container over its limit.
 - LAST_LINE (95 %): the master SIGKILLs the largest child over its share,
   leaving ones included, if its death brings usage back under the line, and
-  requeues its jobs, blaming them exactly as for a crash
-  (poison.py). The kernel's OOM killer would pick a victim by its own rules
-  (possibly the master) a moment later; this way jobmaster chooses, says
-  why, and a job that bloats its child every time still ends in the dead
-  set. One kill at a time: the next waits until the killed child is reaped
-  and a new sample says it was not enough.
+  requeues its jobs, blaming them exactly as for a crash (poison.py). The
+  kernel's OOM killer would pick a victim by its own rules (possibly the
+  master) a moment later; this way jobmaster chooses, says why, and a job
+  that bloats its child every time still ends in the dead set. One kill at
+  a time: the next waits until the killed child is reaped and a new sample
+  says it was not enough.
 
 Whose growth it is (SPEC §9). A child's size is its whole process tree
 (memory_policy.py measures its subprocesses too), so the cgroup's usage
