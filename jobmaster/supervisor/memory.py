@@ -133,6 +133,7 @@ class MemoryWatch:
     # container's AUTO_FILL less what it held before any fork, shared by
     # ``processes``); 0: AUTO_FILL of the container shared by the children.
     share_mb: float = 0.0
+    processes: int = 0  # the pool share_mb is for: more children (TTIN) share it
     over: dict[int, int] = field(default_factory=dict)  # pid -> samples in a row over
     before: dict[int, float] = field(default_factory=dict)  # pid -> MB at its last sample
     killed: set[int] = field(default_factory=set)  # last-line kills not yet reaped
@@ -194,9 +195,13 @@ class MemoryWatch:
             self.over[pid] = 0
         return found
 
-    def share(self, children: int) -> float:
-        """A child's share of the container, in MB (see the module's docstring)."""
+    def share(self, children: int, staying: int = 0) -> float:
+        """A child's share of the container, in MB (see the module's docstring):
+        of ``children`` measured, ``staying`` not leaving (a child and its
+        replacement beside it during a recycle share one slot)."""
         share = self.share_mb or AUTO_FILL * (self.container_mb or 0.0) / max(1, children)
+        if self.share_mb and self.processes and staying > self.processes:
+            share = self.share_mb * self.processes / staying
         return min(share, self.limit_mb) if self.limit_mb else share
 
     def container(
@@ -205,7 +210,7 @@ class MemoryWatch:
         """The guard and the last line (see the module's docstring)."""
         limit = self.container_mb or 0.0
         sizes = reading.sizes
-        share = self.share(len(sizes))
+        share = self.share(len(sizes), len(sizes.keys() - reading.leaving))
         self.after_kill(used, actions)
         if used < GUARD * limit:
             self.braked = False

@@ -100,7 +100,9 @@ class MemoryPolicy:
                 LAST_LINE * 100,
             )
         container_mb = container / MB if container is not None else None
-        watch = MemoryWatch(limit, container_mb, config.memory_check_interval, share_mb=share)
+        watch = MemoryWatch(
+            limit, container_mb, config.memory_check_interval, share, config.processes
+        )
         return cls(config, watch, cgroup, children, stopper)
 
     # -- the loop's verbs ------------------------------------------------------
@@ -145,7 +147,8 @@ class MemoryPolicy:
                 self.recycle(
                     child,
                     f"is the largest ({size:.0f} MB {metric}, over its share of "
-                    f"{watch.share(len(self.children)):.0f} MB) while the container uses "
+                    f"{watch.share(len(self.children), len(self.children.serving())):.0f} MB) "
+                    f"while the container uses "
                     f"{self.usage()} (container guard at {GUARD:.0%})",
                     f"container memory guard ({watch.container_mb:.0f} MB)",
                 )

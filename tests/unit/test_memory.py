@@ -210,3 +210,15 @@ def test_max_jobs_per_child_is_jittered_by_10_percent() -> None:
     assert len(set(draws)) > 10  # children started together don't all recycle together
     assert jittered(0) == 0
     assert jittered(1) == 1
+
+
+def test_children_past_the_pool_size_share_what_it_was_given() -> None:
+    """TTIN: a fourth child of a pool of three, each given 200 MB, shares the
+    same 600 MB; a child and its replacement beside it during a recycle share
+    one slot (the leaving one does not count)."""
+    watch = MemoryWatch(limit_mb=0, container_mb=1000, share_mb=200, processes=3)
+    assert watch.share(3, 3) == 200
+    assert watch.share(4, 3) == 200  # one of the four is leaving
+    assert watch.share(4, 4) == 150
+    actions = watch.decide(Reading({1: 160, 2: 160, 3: 160, 4: 160}, used_mb=920), {1, 2, 3, 4})
+    assert [r[2] for r in actions.recycle] == ["guard"] and actions.not_ours is None
