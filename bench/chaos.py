@@ -36,7 +36,12 @@ records its completion), then, while they run:
   SIGKILLed meanwhile: the master must replace it without waiting for Redis;
 - ``poison``: a job that SIGKILLs its own child after a moment, pushed among
   innocent jobs that run beside it: it must end dead after ``max_crashes``,
-  they must not.
+  they must not;
+- ``recycle_term`` and ``recycle_cont``: the pool is restarted with
+  ``max_jobs_per_child = 1`` and a long ``memory_grace``, so that children
+  are recycled while jobs of RECYCLE_FUEL_MS run in them; then a TERM must
+  stop it within ``shutdown_timeout`` (a TERM reaches a recycling child), or
+  a TSTP and CONT must leave every recycling child quiet (none "resumed").
 
 A thread watches the state of every process of the pool all along: none may
 be seen stopped (T) but those the bench SIGSTOPped itself.
@@ -139,6 +144,8 @@ SCHEDULE = (
     (0.88, "stopped_past_ttl"),
     (0.92, "redis_pause"),
     (0.96, "poison"),
+    (0.97, "recycle_term"),
+    (0.98, "recycle_cont"),
 )
 
 MAX_CHILD_MB = 120
@@ -174,6 +181,11 @@ BROADCAST_NAMES = "|".join(sig.name for sig in BROADCAST)
 # How the master logs a child's end: "child 2 (pid 9) died: SIGHUP; requeued ...",
 # "... stopped (replaced (HUP)): SIGHUP", "... exited on its own (SIGHUP)".
 KILLED_BY_BROADCAST = re.compile(rf"child \d+ \(pid (\d+)\) [^\n]*?\b({BROADCAST_NAMES})\b")
+# The recycle disruptions: children recycled after each job, with a grace far
+# longer than a stop's, while jobs longer than shutdown_timeout run in them.
+RECYCLE_GRACE = 30
+RECYCLE_FUEL_MS = 6000
+RECYCLE_STOP_S = SHUTDOWN_TIMEOUT + 2.5  # a TERM's bound: never the recycle's grace
 BLOAT_QUEUE, POISON_QUEUE, LATE_QUEUE = "bloat", "poison", "late"
 QUEUES = [BLOAT_QUEUE, POISON_QUEUE, LATE_QUEUE, "default"]  # strict: in this order
 
@@ -187,6 +199,7 @@ class Tally:
     inflight_at_redis_stops: int = 0  # Redis restarts and pauses
     pushed_back_at_deadlines: int = 0  # what the deadline stops pushed back
     inflight_at_stopped_children: int = 0  # held by a child SIGSTOPped past its heartbeat
+    pushed_back_at_recycle_stops: int = 0  # what stops of a recycling pool pushed back
     requeued_at_poison_crashes: int = 0  # what the poison pills' dead children held
     innocents_blamed: int = 0  # innocent jobs seen with a crash counted against them
     stopped_by_chaos: set[int] = field(default_factory=set)  # pids we SIGSTOPped
@@ -232,16 +245,22 @@ class Chaos:
     def start(self) -> None:
         self.conn = self.server.client(socket_timeout=10)
         self.inflight_script = self.conn.register_script(INFLIGHT_SCRIPT)
+        self.master = self.pool(
+            self.tmp, max_child_mb=MAX_CHILD_MB, memory_check_interval=1, memory_grace=5
+        )
+        self.enqueue()
+        self.master.start()
+        self.master.wait_children(self.profile.processes)
+
+    def pool(self, folder: Path, **settings: Any) -> Master:
+        """A master (not started) with the run's config in ``folder``, plus ``settings``."""
         config = write_config(
-            self.tmp,
+            folder,
             self.server.url,
             app=["chaos_jobs"],
             processes=self.profile.processes,
             concurrency=self.profile.concurrency,
             shutdown_timeout=SHUTDOWN_TIMEOUT,
-            max_child_mb=MAX_CHILD_MB,
-            memory_check_interval=1,
-            memory_grace=5,
             poll_interval=0.5,
             heartbeat_ttl=HEARTBEAT_TTL,
             # A child dies about once a second here, so a job may be in three
@@ -251,12 +270,10 @@ class Chaos:
             # The disruptions' own jobs must not wait behind the whole backlog.
             queues=QUEUES,
             strict=True,
+            **settings,
         )
         url = f"{self.server.url}?socket_timeout={SOCKET_TIMEOUT}"
-        self.master = Master(config, self.server.url, self.logfile, redis_url=url)
-        self.enqueue()
-        self.master.start()
-        self.master.wait_children(self.profile.processes)
+        return Master(config, self.server.url, self.logfile, redis_url=url)
 
     def enqueue(self) -> None:
         mean = self.profile.job_ms
@@ -731,6 +748,94 @@ class Chaos:
         recycled = self.wait(lambda: len(pattern.findall(self.log())) > seen_before, 30)
         return {"ok": recycled}
 
+    # -- recycles under TERM and CONT (SPEC §7) ------------------------------------
+    def recycling_pool(self) -> Master:
+        """The pool, restarted with max_jobs_per_child = 1 (its own config)."""
+        folder = self.tmp / "recycling"
+        folder.mkdir(exist_ok=True)
+        return self.pool(folder, max_jobs_per_child=1, memory_grace=RECYCLE_GRACE)
+
+    @contextlib.contextmanager
+    def recycling(self, prefix: str) -> Iterator[tuple[Master, int]]:
+        """The usual pool stopped, the recycling one started with its jobs (long
+        ones and quick ones, in LATE_QUEUE: first in line) until its children
+        recycle while long ones run; yields it and the log's offset, then stops
+        it (counting what it pushed back) and restarts the usual pool."""
+        self.stop_master()
+        usual, offset = self.master, len(self.log())
+        self.master = self.recycling_pool()
+        # Two long jobs to a quick one, interleaved: a child's threads take a
+        # mix, and the first quick one to end recycles its child while its
+        # long ones run.
+        jobs = [
+            (JOB, [f"{prefix}_{i}", 0 if i % 3 == 2 else RECYCLE_FUEL_MS])
+            for i in range(self.profile.processes * self.profile.concurrency)
+        ]
+        tokens: list[str] = []
+        try:
+            self.master.start()
+            self.master.wait_children(self.profile.processes)
+            tokens = self.push(jobs, LATE_QUEUE)
+            self.wait(lambda: self.busy_recycling(offset), 20)
+            yield self.master, offset
+        finally:
+            if self.master.alive():
+                self.stop_master()
+            self.scan(f"after a stop of the recycling pool ({prefix})")
+            # Its long jobs, pushed back, end in a pool of their own: under the
+            # usual pool's kill every ~300 ms, a 6 s job would die MAX_CRASHES
+            # times and be buried.
+            self.master = self.recycling_pool()
+            self.master.start()
+            self.wait(lambda: self.all_done(tokens), 60)
+            self.stop_master()
+            found = re.findall(r"stopped: (\d+) job\(s\) pushed back", self.log()[offset:])
+            self.tally.pushed_back_at_recycle_stops += sum(int(n) for n in found)
+            self.master = usual
+            self.master.start()
+            self.master.wait_children(self.profile.processes)
+
+    def busy_recycling(self, offset: int) -> list[int]:
+        """Recycling children (since ``offset``) that still hold jobs."""
+        return [pid for pid in sorted(self.recycling_pids(offset)) if self.inflight(pid)]
+
+    def recycling_pids(self, offset: int) -> set[int]:
+        """Children that began their recycle since ``offset`` of the log."""
+        found = re.findall(r"pid=(\d+) child=\d+: reached max_jobs_per_child", self.log()[offset:])
+        return {int(pid) for pid in found}
+
+    def do_recycle_term(self) -> dict[str, Any]:
+        """A TERM while children are being recycled (their grace 30 s, their jobs
+        6 s): it reaches them, and the pool stops within shutdown_timeout."""
+        with self.recycling("rt") as (_, offset):
+            busy = len(self.busy_recycling(offset))
+            seconds, code = self.stop_master()
+        ok = busy > 0 and code == 0 and seconds < RECYCLE_STOP_S
+        return {"busy_recycling": busy, "stop_s": round(seconds, 2), "exit_code": code, "ok": ok}
+
+    def do_recycle_cont(self) -> dict[str, Any]:
+        """TSTP and CONT while children are being recycled: no recycling child
+        fetches again (none says "resumed"); the jobs pushed after the CONT are
+        run by the others."""
+        with self.recycling("rc") as (pool, offset):
+            pool.signal(signal.SIGTSTP)
+            quieted = self.wait(lambda: "quieting children" in self.log()[offset:], 10)
+            pool.signal(signal.SIGCONT)
+            resumed = self.wait(lambda: "resuming children" in self.log()[offset:], 10)
+            recycling = set(self.busy_recycling(offset))
+            after = self.fuel("rc_after", self.profile.processes * self.profile.concurrency, 0)
+            done = self.wait(lambda: self.all_done(after), 60)
+            log = self.log()[offset:]
+            woken = {int(p) for p in re.findall(r"pid=(\d+) child=\d+: resumed: fetching", log)}
+            refetched = sorted(woken & recycling)
+        ok = quieted and resumed and bool(recycling) and done and not refetched
+        return {
+            "busy_recycling": len(recycling),
+            "refetched": refetched,
+            "after_done": done,
+            "ok": ok,
+        }
+
     # -- the run ------------------------------------------------------------------
     def log(self) -> str:
         return self.logfile.read_text(errors="replace")
@@ -902,6 +1007,7 @@ class Chaos:
             + tally.pushed_back_at_deadlines
             + tally.inflight_at_stopped_children
             + tally.requeued_at_poison_crashes
+            + tally.pushed_back_at_recycle_stops
         )
         end_scan = self.scan("at the end", every_job=True)
         bad_scans = [s for s in tally.scans if s["violations"]]
@@ -974,6 +1080,7 @@ class Chaos:
             "pushed_back_at_deadlines": self.tally.pushed_back_at_deadlines,
             "inflight_at_stopped_children": self.tally.inflight_at_stopped_children,
             "requeued_at_poison_crashes": self.tally.requeued_at_poison_crashes,
+            "pushed_back_at_recycle_stops": self.tally.pushed_back_at_recycle_stops,
             "scans": self.tally.scans,
             "master_exit_codes": self.tally.master_exit_codes,
             "master_stop_seconds": self.tally.stop_seconds,

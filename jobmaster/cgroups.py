@@ -31,8 +31,11 @@ v2 at ``cgroup_root``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+log = logging.getLogger("jobmaster.cgroups")
 
 UNLIMITED = 2**60  # v1 writes a huge number (page-rounded 2**63 - 1) for "no limit"
 
@@ -44,6 +47,7 @@ class Usage:
     usage: int  # memory.current / memory.usage_in_bytes: what the kernel compares
     inactive_file: int  # clean page cache the kernel takes back before any OOM kill
     oom_kills: int | None  # processes the kernel OOM-killed in this group so far
+    shmem: int = 0  # tmpfs and shared memory (/dev/shm files): held by no process
 
     @property
     def working_set(self) -> int:
@@ -86,7 +90,16 @@ class MemoryCgroup:
         # v1's plain inactive_file is this group's own pages only.
         inactive = stat.get("inactive_file" if self.version == 2 else "total_inactive_file", 0)
         events = _keyed(folder / ("memory.events" if self.version == 2 else "memory.oom_control"))
-        return Usage(usage, inactive, events.get("oom_kill"))
+        shmem = stat.get("shmem" if self.version == 2 else "total_shmem", 0)
+        return Usage(usage, inactive, events.get("oom_kill"), shmem)
+
+    def pids(self) -> list[int]:
+        """The processes of our own group (for a log line of what holds memory)."""
+        return [
+            int(p)
+            for line in _lines(self.own / "cgroup.procs")
+            if (p := line.strip()).isdigit() and p.isascii()
+        ]
 
 
 def find_memory_cgroup(
@@ -193,7 +206,7 @@ def _limit(path: Path) -> int | None:
 def _number(path: Path) -> int | None:
     lines = _lines(path)
     text = lines[0].strip() if lines else ""
-    return int(text) if text.isdigit() else None
+    return _digits(text, path) if text not in ("", "max") else None
 
 
 def _keyed(path: Path) -> dict[str, int]:
@@ -201,9 +214,29 @@ def _keyed(path: Path) -> dict[str, int]:
     values = {}
     for line in _lines(path):
         key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            values[key] = int(value)
+        number = _digits(value.strip(), path)
+        if number is not None:
+            values[key] = number
     return values
+
+
+_reported: set[Path] = set()  # files already logged as unreadable: once each, not every sample
+
+
+def _digits(text: str, path: Path) -> int | None:
+    """ASCII digits as a number; anything else is reported (once per file) and ignored.
+
+    Why not ``str.isdigit``: it accepts "²" and other Unicode digits that
+    ``int`` refuses, and one such file made the master fail at start and
+    ``jobmaster check`` crash. The kernel writes none, but a reader of a
+    file must not fail on its content.
+    """
+    if text.isascii() and text.isdigit():
+        return int(text)
+    if path not in _reported:
+        _reported.add(path)
+        log.warning("unreadable cgroup file %s (%r): ignored", path, text[:40])
+    return None
 
 
 def _lines(path: Path) -> list[str]:

@@ -29,7 +29,7 @@ RESTART_REASONS = ("crash", "exit", "memory", "max_jobs", "timeout", "hup")
 # so spelled here rather than imported from the supervisor (which imports this
 # package). tests/unit/test_metrics.py checks they are exactly the states of
 # supervisor/children.py, so a new state cannot go unreported.
-CHILD_STATES = ("starting", "running", "quiet", "stopping", "retiring")
+CHILD_STATES = ("starting", "running", "quiet", "stopping", "retiring", "recycling")
 
 
 @dataclass

@@ -28,6 +28,9 @@ class Death:
     dead: DeadChild  # for the Redis thread: its list, and how to blame its jobs
     crashed: bool  # died unasked, not with exit 0
     unexpected: bool  # not asked to go: replaced (with backoff if right after start)
+    # Replaced with the crash-loop backoff: died unasked, or killed over the
+    # container's memory (memory kills back off like crashes: never a kill loop).
+    backoff: bool
     restart: str | None  # the reason label of jobmaster_child_restarts_total; None: a stop
     app_failed: bool  # the app failed to import: the master halts instead of fork-looping
 
@@ -63,6 +66,7 @@ def judge(
         DeadChild(child.identity, name, triage, crashed, now),
         crashed,
         unexpected,
+        unexpected or child.killed_by_memory,
         restart or None,
         crashed and exits.exit_code(status) == exitcodes.APP_LOAD_FAILED,
     )

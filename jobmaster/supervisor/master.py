@@ -223,9 +223,7 @@ class Master:
             return
         self.quiet = quiet
         log.info("%s children", "quieting" if quiet else "resuming")
-        self.stopper.forward(signal.SIGTSTP if quiet else signal.SIGCONT)
-        for child in self.children:
-            child.set_quiet(quiet)
+        self.stopper.steer(quiet)  # never a recycling or stopping child
 
     def take_news(self) -> None:
         """The requeues the Redis thread did (for the metrics), and the remote
@@ -317,6 +315,7 @@ class Master:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signal.SIGKILL)  # subprocesses its jobs left behind
         now = time.monotonic()
+        self.memory.gone(child)  # its subprocesses in a session of their own too
         death = judge(child, status, started, self.config, now)
         if self.metrics is not None:
             self.metrics.child_gone(child.pid, death.restart)
@@ -325,7 +324,7 @@ class Master:
             log.error("the app failed to import in a child: halting instead of fork-looping")
             self.exit_code = exitcodes.APP_LOAD_FAILED
             self.begin_stop("app import failure")
-        elif death.unexpected:  # replaced: at once, or after a backoff if it died young
+        elif death.backoff:  # replaced: at once, or after a backoff if it died young
             served = now - child.ready_at if child.ready_at is not None else 0.0
             self.respawns.after_death(child.index, served, now)
 

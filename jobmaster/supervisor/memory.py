@@ -25,19 +25,36 @@ holds its memory until it is gone). As usage rises:
   crosses the last 15 % in a few seconds, between two samples at the default
   memory_check_interval of 5 s. (Every second above 70 % let a child growing
   50 MB/s in a 600 MB group jump from under 85 % to 97 % between samples.)
-- GUARD (90 %): the largest serving child is recycled (replacement first,
-  graceful); again at the next sample while what is left once the leaving
-  children are gone would still be over the line. Over this line there is
-  no room: a child recycled over memory pushes its jobs back now instead of
-  finishing them within memory_grace, since finishing them is what could
-  take the container over its limit.
-- LAST_LINE (95 %): the master SIGKILLs the largest child, leaving ones
-  included, and requeues its jobs, blaming them exactly as for a crash
-  (poison.py). The kernel's OOM killer would pick a victim by its own rules
-  (possibly the master) a moment later; this way jobmaster chooses, says
-  why, and a job that bloats its child every time still ends in the dead
-  set. One kill at a time: the next waits until the killed child is reaped
-  and a new sample says it was not enough.
+- GUARD (90 %): the largest serving child over its share (below) is
+  recycled (replacement first, graceful); again at the next sample while
+  what is left once the leaving children are gone would still be over the
+  line. Over this line there is no room: a child recycled over memory
+  pushes its jobs back now instead of finishing them within memory_grace,
+  since finishing them is what could take the container over its limit.
+- LAST_LINE (95 %): the master SIGKILLs the largest child over its share,
+  leaving ones included, if its death brings usage back under the line, and
+  requeues its jobs, blaming them exactly as for a crash (poison.py). The
+  kernel's OOM killer would pick a victim by its own rules (possibly the
+  master) a moment later; this way jobmaster chooses, says why, and a job
+  that bloats its child every time still ends in the dead set. One kill at
+  a time: the next waits until the killed child is reaped and a new sample
+  says it was not enough.
+
+Whose growth it is (SPEC §9). A child's size is its whole process tree
+(memory_policy.py measures its subprocesses too), so the cgroup's usage
+splits into what the children hold and the rest (the master, an embedded
+Redis, tmpfs files, a sidecar). The guard and the last line act on a child
+only if it is *guilty*: over its share of the container (``share``: what
+"auto" would give it, or max_child_mb if smaller), and, for the kill, only
+if killing it brings usage back under the line. Otherwise the growth is not
+the children's: killing one would free little, its replacement would grow
+back, and its innocent jobs would be blamed until buried (a 450 MB tmpfs
+file made an 80 MB job die three times). Then nothing is killed or
+blamed, and the master logs what holds the memory (``Actions.not_ours``).
+A kill that freed less than half of what the child held (something else
+grew meanwhile, or the usage does not follow the children at all) stops
+the kills until usage falls under GUARD: never a kill loop. Memory kills
+back off like crashes too (the master's Respawns).
 """
 
 from __future__ import annotations
@@ -98,6 +115,11 @@ class Actions:
     kill: tuple[int, float] | None = None  # the last line: pid, MB
     used_mb: float | None = None  # the container's usage, as judged
     interval: float = 0.0  # seconds to the next sample
+    # Over the guard (or the last line), but no child is to blame: (the
+    # children's MB, the rest's MB), for a log line of what holds the memory.
+    not_ours: tuple[float, float] | None = None
+    # A kill that freed too little: (the child's MB, the MB its death freed).
+    freed_little: tuple[float, float] | None = None
 
 
 @dataclass
@@ -107,10 +129,18 @@ class MemoryWatch:
     limit_mb: float  # per child; 0 = off
     container_mb: float | None = None  # our cgroup's limit
     interval: float = 5.0  # memory_check_interval: the pace with nothing near a limit
+    # Each child's share of the container (MB): what "auto" gives it (the
+    # container's AUTO_FILL less what it held before any fork, shared by
+    # ``processes``); 0: AUTO_FILL of the container shared by the children.
+    share_mb: float = 0.0
+    processes: int = 0  # the pool share_mb is for: more children (TTIN) share it
     over: dict[int, int] = field(default_factory=dict)  # pid -> samples in a row over
     before: dict[int, float] = field(default_factory=dict)  # pid -> MB at its last sample
     killed: set[int] = field(default_factory=set)  # last-line kills not yet reaped
     told: set[int] = field(default_factory=set)  # told to push back already
+    # The last kill: (pid, its MB, the usage then), until a sample after its reap.
+    last_kill: tuple[int, float, float] | None = None
+    braked: bool = False  # a kill freed too little: no kill until usage is under GUARD
 
     @property
     def active(self) -> bool:
@@ -165,26 +195,57 @@ class MemoryWatch:
             self.over[pid] = 0
         return found
 
+    def share(self, children: int, staying: int = 0) -> float:
+        """A child's share of the container, in MB (see the module's docstring):
+        of ``children`` measured, ``staying`` not leaving (a child and its
+        replacement beside it during a recycle share one slot)."""
+        share = self.share_mb or AUTO_FILL * (self.container_mb or 0.0) / max(1, children)
+        if self.share_mb and self.processes and staying > self.processes:
+            share = self.share_mb * self.processes / staying
+        return min(share, self.limit_mb) if self.limit_mb else share
+
     def container(
         self, reading: Reading, used: float, actions: Actions, serving: dict[int, float]
     ) -> None:
         """The guard and the last line (see the module's docstring)."""
         limit = self.container_mb or 0.0
-        if used >= LAST_LINE * limit and not self.killed and reading.sizes:
-            pid = max(reading.sizes, key=lambda p: reading.sizes[p])
-            self.killed.add(pid)
-            actions.kill = (pid, reading.sizes[pid])
-            actions.recycle = [r for r in actions.recycle if r[0] != pid]
+        sizes = reading.sizes
+        share = self.share(len(sizes), len(sizes.keys() - reading.leaving))
+        self.after_kill(used, actions)
         if used < GUARD * limit:
+            self.braked = False
             return
+        line = LAST_LINE * limit
+        guilty = {p: s for p, s in sizes.items() if s > share}
+        if used >= line and not self.killed and not self.braked and guilty:
+            pid = max(guilty, key=lambda p: guilty[p])
+            if used - guilty[pid] < line:  # its death brings usage back under the line
+                self.killed.add(pid)
+                self.last_kill = (pid, guilty[pid], used)
+                actions.kill = (pid, guilty[pid])
+                actions.recycle = [r for r in actions.recycle if r[0] != pid]
         for pid in sorted(reading.recycled - self.told - self.killed):
             self.told.add(pid)
             actions.push_back.append(pid)
         # What is on its way out gives its memory back soon: the guard acts
         # again only if the rest alone is over the line.
         chosen = {r[0] for r in actions.recycle} | self.killed
-        leaving = sum(s for p, s in reading.sizes.items() if p in reading.leaving or p in chosen)
-        candidates = {p: s for p, s in serving.items() if p not in chosen}
+        leaving = sum(s for p, s in sizes.items() if p in reading.leaving or p in chosen)
+        candidates = {p: s for p, s in serving.items() if p not in chosen and s > share}
         if used - leaving >= GUARD * limit and candidates:
             pid = max(candidates, key=lambda p: candidates[p])
             actions.recycle.append((pid, candidates[pid], "guard"))
+        elif used - leaving >= GUARD * limit and actions.kill is None and not self.killed:
+            children = sum(sizes.values())
+            actions.not_ours = (children, max(0.0, used - children))
+
+    def after_kill(self, used: float, actions: Actions) -> None:
+        """The first sample after a killed child is reaped: did its death free
+        what it held? If not, no kill until usage is under GUARD again."""
+        if self.last_kill is None or self.last_kill[0] in self.killed:
+            return
+        _, size, before = self.last_kill
+        self.last_kill = None
+        if before - used < size / 2:
+            self.braked = True
+            actions.freed_little = (size, max(0.0, before - used))

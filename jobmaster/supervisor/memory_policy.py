@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
 
 from jobmaster.cgroups import MemoryCgroup, find_memory_cgroup
 from jobmaster.config import Config
 from jobmaster.pipes import RECYCLE, send_request
-from jobmaster.supervisor.children import RETIRING, STARTING, STOPPING, Child, ChildTable
+from jobmaster.procmem import Descendants
+from jobmaster.supervisor.children import STARTING, Child, ChildTable
 from jobmaster.supervisor.memory import (
     AUTO_FILL,
     GUARD,
@@ -36,6 +36,8 @@ from jobmaster.supervisor.memory import (
 from jobmaster.supervisor.stopping import STOP_MARGIN, Stopper
 
 log = logging.getLogger("jobmaster.supervisor.memory_policy")
+
+NOT_OURS_EVERY = 30.0  # seconds between two log lines saying the growth is not the children's
 
 
 class MemoryPolicy:
@@ -54,9 +56,12 @@ class MemoryPolicy:
         self.stopper = stopper
         self.used_mb: float | None = None  # the cgroup's, at the last sample
         self.oom_kills: int | None = None  # the kernel's count in our cgroup, last seen
+        self.shmem_mb = 0.0  # tmpfs/shm in the cgroup, at the last sample
         # slot -> (the pid its replacement waits for, the latest it waits: never for ever)
         self.holds: dict[int, tuple[int, float]] = {}
         self.last_check = self.next_check = self.next_poll = 0.0  # monotonic
+        self.descendants = Descendants()  # each child's subprocesses (procmem.py)
+        self.not_ours_logged = -NOT_OURS_EVERY  # monotonic
 
     @classmethod
     def build(cls, config: Config, children: ChildTable, stopper: Stopper) -> MemoryPolicy:
@@ -64,12 +69,15 @@ class MemoryPolicy:
         container = cgroup.limit if cgroup is not None else None
         where = cgroup.describe() if cgroup is not None else "no memory cgroup"
         limit: float = 0.0
+        share = 0.0
+        if container is not None:
+            base, what = memory_base(cgroup)
+            share = auto_limit_mb(container, base, config.processes)
         if config.max_child_mb == "auto":
             if container is None:
                 log.warning("max_child_mb = auto, but no container memory limit (%s): off", where)
             else:
-                base, what = memory_base(cgroup)
-                limit = auto_limit_mb(container, base, config.processes)
+                limit = share
                 log.info(
                     "max_child_mb auto: %d MB per child (%d children sharing %.0f%% of the "
                     "container's %.0f MB, less %.0f MB of %s)",
@@ -92,7 +100,9 @@ class MemoryPolicy:
                 LAST_LINE * 100,
             )
         container_mb = container / MB if container is not None else None
-        watch = MemoryWatch(limit, container_mb, config.memory_check_interval)
+        watch = MemoryWatch(
+            limit, container_mb, config.memory_check_interval, share, config.processes
+        )
         return cls(config, watch, cgroup, children, stopper)
 
     # -- the loop's verbs ------------------------------------------------------
@@ -108,21 +118,37 @@ class MemoryPolicy:
         watch = self.watch
         if not watch.active or (now < self.next_check and not self.pressing(now)):
             return
-        actions = watch.decide(self.read(), set(self.children.by_pid))
+        actions = watch.decide(self.read(), self.children.pids())
         self.last_check = time.monotonic()
         self.next_check = self.last_check + actions.interval
         self.used_mb = actions.used_mb
         metric, limit = self.config.memory_metric, f"{watch.limit_mb:.0f}"
-        if actions.kill is not None:
-            self.kill(self.children.by_pid[actions.kill[0]], actions.kill[1])
+        if actions.freed_little is not None:
+            size, freed = actions.freed_little
+            log.warning(
+                "the last memory kill freed %.0f MB of the child's %.0f MB (the container uses "
+                "%s): no more memory kills until it is under %.0f%%",
+                freed,
+                size,
+                self.usage(),
+                GUARD * 100,
+            )
+        if actions.not_ours is not None:
+            self.report_not_ours(*actions.not_ours)
+        if actions.kill is not None and (child := self.children.get(actions.kill[0])):
+            self.kill(child, actions.kill[1])
         for pid in actions.push_back:
-            self.push_back(self.children.by_pid[pid])
+            if (child := self.children.get(pid)) is not None:
+                self.push_back(child)
         for pid, size, why in actions.recycle:
-            child = self.children.by_pid[pid]
+            if (child := self.children.get(pid)) is None:
+                continue
             if why == "guard":
                 self.recycle(
                     child,
-                    f"is the largest ({size:.0f} MB {metric}) while the container uses "
+                    f"is the largest ({size:.0f} MB {metric}, over its share of "
+                    f"{watch.share(len(self.children), len(self.children.serving())):.0f} MB) "
+                    f"while the container uses "
                     f"{self.usage()} (container guard at {GUARD:.0%})",
                     f"container memory guard ({watch.container_mb:.0f} MB)",
                 )
@@ -149,15 +175,26 @@ class MemoryPolicy:
         return now >= self.last_check + interval
 
     def read(self) -> Reading:
-        """Every child's size (leaving ones included) and the cgroup's usage."""
+        """Every child's size, its whole process tree (leaving ones included), and
+        the cgroup's usage."""
         metric = self.config.memory_metric
         sizes = {}
+        trees = self.descendants.update(self.children.pids())
         for child in self.children:
             size = measure_mb(child.pid, metric)
-            if size is not None:
-                sizes[child.pid] = size
-                log.debug("child %d (pid %d): %.0f MB %s", child.index, child.pid, size, metric)
-        leaving = self.children.in_state(RETIRING, STOPPING)
+            if size is None:
+                continue
+            below = [measure_mb(pid, metric) or 0.0 for pid in trees.get(child.pid, ())]
+            sizes[child.pid] = size + sum(below)
+            log.debug(
+                "child %d (pid %d): %.0f MB %s, %d subprocess(es) %.0f MB",
+                child.index,
+                child.pid,
+                size,
+                metric,
+                len(below),
+                sum(below),
+            )
         usage = self.cgroup.read() if self.cgroup is not None else None
         if usage is not None and usage.oom_kills is not None:
             if self.oom_kills is not None and usage.oom_kills > self.oom_kills:
@@ -167,13 +204,41 @@ class MemoryPolicy:
                     self.usage(),
                 )
             self.oom_kills = usage.oom_kills
+        self.shmem_mb = usage.shmem / MB if usage is not None else 0.0
+        leaving = [c for c in self.children if not c.serving]
         return Reading(
             sizes,
             leaving=frozenset(c.pid for c in leaving),
             starting=frozenset(c.pid for c in self.children.in_state(STARTING)),
-            recycled=frozenset(c.pid for c in leaving if c.memory_cause is not None),
+            recycled=frozenset(c.pid for c in leaving if c.recycled_over_memory),
             used_mb=usage.working_set / MB if usage is not None else None,
             master_mb=(measure_mb(os.getpid(), "rss") or 0.0) if usage is None else 0.0,
+        )
+
+    def report_not_ours(self, children: float, rest: float) -> None:
+        """Over the guard, and no child to blame: say what holds the memory
+        (every NOT_OURS_EVERY seconds at most); nothing is killed or blamed."""
+        now = time.monotonic()
+        if now - self.not_ours_logged < NOT_OURS_EVERY:
+            return
+        self.not_ours_logged = now
+        ours = set(self.children.pids()) | {os.getpid()}
+        for tree in self.descendants.known.values():
+            ours |= set(tree)
+        others = []
+        for pid in self.cgroup.pids() if self.cgroup is not None else []:
+            if pid not in ours and (size := measure_mb(pid, "rss")) is not None:
+                others.append((size, pid))
+        biggest = ", ".join(f"pid {pid} {size:.0f} MB rss" for size, pid in sorted(others)[-3:])
+        log.warning(
+            "the container uses %s, but not by the children's growth: the children hold "
+            "%.0f MB, the rest %.0f MB (the master, tmpfs/shm files %.0f MB%s): "
+            "no child is killed or blamed for it",
+            self.usage(),
+            children,
+            rest,
+            self.shmem_mb,
+            f", other processes: {biggest}" if biggest else "",
         )
 
     def usage(self) -> str:
@@ -192,26 +257,25 @@ class MemoryPolicy:
         running: poison.py), so a job that bloats every time ends in the dead
         set. Its replacement is forked in this loop pass, unless the container
         is near its limit (``hold``)."""
-        if not child.serving:
-            return
-        child.restart_reason = "memory"
-        held = self.hold(child)
-        log.warning(
-            "child %d (pid %d) %s: recycling it (%s)",
-            child.index,
-            child.pid,
-            reason,
+        held = self.room_is_short()
+        note = (
             f"replacement once it has gone: the container uses {self.usage()}"
             if held
-            else "replacement first",
+            else "replacement first"
         )
-        child.memory_cause = cause
-        if send_request(child.requests_fd, RECYCLE, cause):
-            self.stopper.expect(child, reason, self.config.memory_grace)
-        else:  # its pipe is gone or full: a plain graceful stop
-            self.stopper.stop(child, reason)
+        if not self.stopper.recycle(child, reason, "memory", cause, note):
+            return
+        if held:
+            self.hold(child)
+        if not send_request(child.requests_fd, RECYCLE, cause):
+            self.stopper.stop(child, reason)  # its pipe is gone or full: a plain graceful stop
 
-    def hold(self, child: Child) -> bool:
+    def room_is_short(self) -> bool:
+        """Whether the container is over WATCH: a replacement waits (``hold``)."""
+        used, limit = self.used_mb, self.watch.container_mb
+        return used is not None and bool(limit) and used >= WATCH * (limit or 0.0)
+
+    def hold(self, child: Child) -> None:
         """Replacement first only where there is room for both: with the container
         over WATCH, a child recycled over memory is replaced once it has gone.
 
@@ -221,12 +285,8 @@ class MemoryPolicy:
         80 % took it to 97 % within 200 ms. Capacity dips by one child for as
         long as the old one takes to finish its jobs (at most memory_grace).
         """
-        used, limit = self.used_mb, self.watch.container_mb
-        if used is None or not limit or used < WATCH * limit:
-            return False
         bound = self.config.memory_grace + self.config.shutdown_timeout + 2 * STOP_MARGIN
         self.holds[child.index] = (child.pid, time.monotonic() + bound)
-        return True
 
     def release_holds(self) -> None:
         """Let the replacements held back for children now gone (or with room
@@ -235,7 +295,7 @@ class MemoryPolicy:
         room = self.used_mb is not None and self.used_mb < WATCH * limit
         now = time.monotonic()
         for index, (pid, until) in list(self.holds.items()):
-            if pid not in self.children.by_pid or room or now >= until:
+            if self.children.get(pid) is None or room or now >= until:
                 del self.holds[index]
 
     def push_back(self, child: Child) -> None:
@@ -250,24 +310,34 @@ class MemoryPolicy:
             )
 
     def kill(self, child: Child, size: float) -> None:
-        """The last line: SIGKILL the largest child now; its jobs are requeued
-        when it is reaped, blamed as exactly as for a crash (poison.py)."""
+        """The last line: SIGKILL the largest child and its subprocesses now; its
+        jobs are requeued when it is reaped, blamed as exactly as for a crash
+        (poison.py)."""
         limit = self.watch.container_mb or 0.0
+        cause = f"container memory at {self.used_mb or 0:.0f} of {limit:.0f} MB"
+        if not self.stopper.kill_over_memory(child, cause):
+            return
+        below = self.descendants.kill(child.pid)
         log.warning(
-            "memory kill: child %d (pid %d), the largest (%.0f MB %s), SIGKILLed: the container "
-            "uses %s, past the last line at %.0f%%; its jobs are requeued",
+            "memory kill: child %d (pid %d), the largest (%.0f MB %s%s), SIGKILLed: the "
+            "container uses %s, past the last line at %.0f%%; its jobs are requeued",
             child.index,
             child.pid,
             size,
             self.config.memory_metric,
+            f" with {len(below)} subprocess(es)" if below else "",
             self.usage(),
             LAST_LINE * 100,
         )
-        child.memory_cause = f"container memory at {self.used_mb or 0:.0f} of {limit:.0f} MB"
-        child.memory_event = "was killed over the container's memory limit"
-        child.restart_reason = "memory"
-        self.stopper.expect(child, "memory kill")  # its exit is no crash: the cause says why
-        self.stopper.kill(child, signal.SIGKILL)
+
+    def gone(self, child: Child) -> None:
+        """A reaped child: the subprocesses recorded as its own are not left
+        behind (SPEC §7), not even those in a session of their own, which the
+        master's killpg of its group does not reach."""
+        for pid in self.descendants.kill(child.pid):
+            log.info(
+                "child %d (pid %d) is gone: killed its subprocess %d", child.index, child.pid, pid
+            )
 
 
 def memory_base(cgroup: MemoryCgroup | None) -> tuple[int, str]:

@@ -104,20 +104,18 @@ def serve(
             interrupts += more == signal.SIGINT
         return interrupts >= 2
 
-    log.info("%s: graceful stop (shutdown_timeout %.0fs)", reason, config.shutdown_timeout)
+    timeout, recycle_ends = steering.stop_timeout(reason)
+    log.info("%s: graceful stop (jobs get %.0fs)", reason, timeout)
     steering.title("stopping")
     blame: Blame | None = None
     cause = steering.memory_cause
-    if cause is not None and reason == steering.recycle_reason:
+    if cause is not None and recycle_ends:
         # Over its memory limit to the end: the jobs still running then are
         # to blame, as exactly as for a crash (poison.py).
         event = "was recycled over its memory limit"
         blame = lambda started: crash_triage(  # noqa: E731
             config.max_crashes, config.crash_queue, cause, event, started
         )
-    # No room (the master's push-back): what still runs goes back now, as
-    # waiting for it could take the container over its limit.
-    timeout = 0 if reason in ("SIGQUIT",) or steering.no_room else config.shutdown_timeout
     worker.stop(timeout, stop_now, blame)
     lifecycle.run_child_stop()  # after the last job: every one recorded or pushed back
     if reporter is not None:
@@ -190,7 +188,26 @@ class Steering:
         )
         self.recycle_reason = reason
         self.recycle_deadline = time.monotonic() + grace
-        self.worker.manager.quiet()
+        self.worker.manager.leave()  # for good: a CONT or a remote resume never undoes it
+
+    def stop_timeout(self, reason: str) -> tuple[float, bool]:
+        """Seconds the running jobs get at a stop for ``reason``, and whether the
+        recycle's end is what cuts them short (then a memory recycle blames them).
+
+        A TERM during a recycle (SPEC §7): the lesser of the recycle's time left
+        and shutdown_timeout, the platform's KILL coming after the latter. No
+        room (the master's push-back) or QUIT: none, as waiting could take
+        the container over its limit, or was asked not to.
+        """
+        if reason == "SIGQUIT" or self.no_room:
+            return 0.0, self.no_room
+        timeout = self.config.shutdown_timeout
+        if self.recycle_deadline is None:
+            return timeout, False
+        if reason == self.recycle_reason:  # its grace is over, or its jobs are done
+            return timeout, True
+        left = max(0.0, self.recycle_deadline - time.monotonic())
+        return (left, True) if left <= timeout else (timeout, False)
 
     def tell_master(self, message: bytes) -> None:
         if self.pipe_fd is not None:

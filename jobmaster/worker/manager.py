@@ -3,7 +3,8 @@
 Duties: start ``concurrency`` processors and the wakeup listener; give
 them their work through a few verbs (``take`` a claimed job, ``record`` an
 outcome, ``finished``, ``bury``: processor.py); ``quiet``
-(stop fetching, let running jobs finish) and ``resume``; on stop, wait for
+(stop fetching, let running jobs finish) and ``resume``; ``leave`` (a
+recycle: quiet for good, whatever resumes it); on stop, wait for
 running jobs until the deadline, then push back what is still in our
 in-progress list *before* the process exits: a job pushed back and run again
 is better than a job lost.
@@ -190,6 +191,14 @@ class Manager:
         if self.table.resume():
             log.info("resumed: fetching again")
             self.signal.notify_all()
+        elif self.table.leaving or self.table.spent:
+            log.info("resume ignored: this process is being recycled (%d running)", self.busy)
+
+    def leave(self) -> None:
+        """Recycled: quiet for good (a CONT or a remote resume never undoes it)."""
+        if self.table.leave():
+            log.info("recycled: no new jobs will be fetched; %d running", self.busy)
+        self.signal.notify_all()
 
     def wait_idle(self, deadline: float, interrupted: Callable[[], bool] = lambda: False) -> bool:
         """Wait until no job runs, the monotonic ``deadline`` passes or ``interrupted()``."""

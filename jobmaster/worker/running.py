@@ -69,6 +69,7 @@ class RunningTable:
         # Stop fetching the moment this many jobs are done (0 = no limit):
         # checked as each job ends, so a busy child doesn't overshoot.
         self.max_jobs = max_jobs
+        self.leaving = False  # being recycled: quiet for good (``leave``)
 
     # -- fetching state ------------------------------------------------------
     def quiet(self) -> bool:
@@ -78,10 +79,20 @@ class RunningTable:
             self.fetching.clear()
             return was
 
-    def resume(self) -> bool:
-        """Claim again (not once stopping); True if the process was quiet."""
+    def leave(self) -> bool:
+        """Stop claiming for good (a recycle): no resume sets it fetching again,
+        whoever sends the CONT or the remote ``resume``. True if it was fetching."""
         with self._lock:
-            if self.fetching.is_set() or self.stopping.is_set():
+            self.leaving = True
+            was = self.fetching.is_set()
+            self.fetching.clear()
+            return was
+
+    def resume(self) -> bool:
+        """Claim again (not once stopping, leaving or spent); True if the process
+        was quiet."""
+        with self._lock:
+            if self.fetching.is_set() or self.stopping.is_set() or self.leaving or self.spent:
                 return False
             self.fetching.set()
             return True

@@ -225,3 +225,24 @@ def test_this_machine_if_it_has_a_memory_cgroup() -> None:
         pytest.skip("no memory cgroup on this machine")
     assert found.own.is_dir() and found.limited in (found.own, *found.own.parents)
     assert found.read() is not None
+
+
+@pytest.mark.parametrize("text", ["²\n", "6\u0663\n", "١٢٣\n", "12 MB\n", "-5\n"])
+def test_a_limit_or_usage_not_in_ascii_digits_is_reported_and_ignored(
+    text: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """str.isdigit() accepts "²", which int() refuses: one such file made the
+    master fail at start and ``jobmaster check`` crash (issue 23, item 6)."""
+    host = Host(tmp_path, "0::/jobs\n", V2_MOUNT)
+    host.write("cgroup.controllers", "memory\n")
+    host.write("jobs/memory.max", text)
+    host.write("jobs/memory.current", text)
+    host.write("jobs/memory.stat", f"inactive_file {text}anon 5\n")
+    with caplog.at_level("WARNING", logger="jobmaster.cgroups"):
+        found = host.find()
+        assert found == MemoryCgroup(2, host.root / "jobs", host.root / "jobs", None)
+        assert found.read() is None
+        limited = MemoryCgroup(2, host.root / "jobs", host.root / "jobs", 600 * MB)
+        host.write("jobs/memory.current", f"{100 * MB}\n")
+        assert limited.read() == Usage(100 * MB, 0, None)
+    assert "unreadable cgroup file" in caplog.text and "memory.max" in caplog.text

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 
+from jobmaster.config import Config
+from jobmaster.pipes import RequestReader
+from jobmaster.supervisor import stopping
 from jobmaster.supervisor.children import (
     QUIET,
+    RECYCLING,
     RETIRING,
     RUNNING,
     STARTING,
@@ -14,8 +22,9 @@ from jobmaster.supervisor.children import (
     ChildState,
     ChildTable,
 )
+from jobmaster.supervisor.stopping import STOP_MARGIN, Stopper
 
-ALL_STATES = (STARTING, RUNNING, QUIET, STOPPING, RETIRING)
+ALL_STATES = (STARTING, RUNNING, QUIET, STOPPING, RETIRING, RECYCLING)
 
 
 def child(index: int, state: ChildState = STARTING, ready_fd: int | None = None) -> Child:
@@ -123,8 +132,8 @@ def test_by_ready_fd() -> None:
 
 
 @pytest.mark.parametrize("state", ALL_STATES)
-def test_expected_exit_only_for_stopping(state: str) -> None:
-    assert child(1, state).expected_exit is (state == STOPPING)
+def test_expected_exit_only_for_recycling_and_stopping(state: str) -> None:
+    assert child(1, state).expected_exit is (state in (RECYCLING, STOPPING))
 
 
 def test_a_child_changes_state_only_through_its_named_transitions() -> None:
@@ -160,4 +169,180 @@ def test_states_are_labelled_by_their_value() -> None:
         "quiet",
         "stopping",
         "retiring",
+        "recycling",
     ]
+
+
+# -- every signal x every state (SPEC §7) ----------------------------------------
+# What the master does to a child in each state, for each of its events: the
+# state it ends in, and the signal it is sent (None: none). HUP is the
+# master's retire; "recycle" a recycle (max_jobs_per_child, a stuck job, the
+# memory policy); "no room" and "memory kill" the container guard's.
+EVENTS = ("TERM", "TSTP", "CONT", "HUP", "recycle", "no room", "memory kill", "overdue")
+TERM, TSTP, CONT, KILL = signal.SIGTERM, signal.SIGTSTP, signal.SIGCONT, signal.SIGKILL
+MATRIX: dict[ChildState, dict[str, tuple[ChildState, int | None]]] = {
+    STARTING: {
+        "TERM": (STOPPING, TERM),
+        "TSTP": (STARTING, TSTP),  # it starts quiet once ready: the pool is
+        "CONT": (STARTING, CONT),
+        "HUP": (STARTING, None),  # new already
+        "recycle": (RECYCLING, None),
+        "no room": (STARTING, None),
+        "memory kill": (STOPPING, KILL),
+        "overdue": (STARTING, None),
+    },
+    RUNNING: {
+        "TERM": (STOPPING, TERM),
+        "TSTP": (QUIET, TSTP),
+        "CONT": (RUNNING, CONT),
+        "HUP": (RETIRING, None),
+        "recycle": (RECYCLING, None),
+        "no room": (RUNNING, None),
+        "memory kill": (STOPPING, KILL),
+        "overdue": (RUNNING, None),
+    },
+    QUIET: {
+        "TERM": (STOPPING, TERM),
+        "TSTP": (QUIET, TSTP),
+        "CONT": (RUNNING, CONT),
+        "HUP": (RETIRING, None),
+        "recycle": (RECYCLING, None),
+        "no room": (QUIET, None),
+        "memory kill": (STOPPING, KILL),
+        "overdue": (QUIET, None),
+    },
+    RETIRING: {  # serves until its replacement is ready
+        "TERM": (STOPPING, TERM),
+        "TSTP": (RETIRING, TSTP),
+        "CONT": (RETIRING, CONT),
+        "HUP": (RETIRING, None),
+        "recycle": (RECYCLING, None),
+        "no room": (RETIRING, None),
+        "memory kill": (STOPPING, KILL),
+        "overdue": (RETIRING, None),
+    },
+    RECYCLING: {  # recycled over memory: replaced already, finishing its jobs
+        "TERM": (STOPPING, TERM),  # hole 1: it was skipped, and outlived shutdown_timeout
+        "TSTP": (RECYCLING, None),
+        "CONT": (RECYCLING, None),  # hole 2: it was resumed, and fetched again
+        "HUP": (RECYCLING, None),
+        "recycle": (RECYCLING, None),
+        "no room": (RECYCLING, None),  # a request on its pipe, not a signal
+        "memory kill": (STOPPING, KILL),
+        "overdue": (STOPPING, KILL),
+    },
+    STOPPING: {
+        "TERM": (STOPPING, None),  # more TERMs never shorten its time
+        "TSTP": (STOPPING, None),
+        "CONT": (STOPPING, None),
+        "HUP": (STOPPING, None),
+        "recycle": (STOPPING, None),
+        "no room": (STOPPING, None),
+        "memory kill": (STOPPING, KILL),
+        "overdue": (STOPPING, KILL),
+    },
+}
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    signals: list[tuple[int, int]] = []
+    monkeypatch.setattr(stopping.os, "kill", lambda pid, signum: signals.append((pid, signum)))
+    return signals
+
+
+def in_state(state: ChildState, stopper: Stopper, requests_fd: int) -> Child:
+    """A child brought to ``state`` through the transitions themselves."""
+    one = child(1)
+    one.requests_fd = requests_fd
+    if state != STARTING:
+        one.ready(1.0, quiet=state == QUIET)
+    if state == RETIRING:
+        one.retire("replaced (HUP)", restart="hup")
+    elif state == RECYCLING:
+        stopper.recycle(one, "uses 300 MB", "memory", "over max_child_mb 200 (uss)")
+    elif state == STOPPING:
+        stopper.stop(one, "SIGTERM")
+    assert one.state == state
+    return one
+
+
+def apply(event: str, one: Child, stopper: Stopper) -> None:
+    """The event, as the master applies it (master.py's handlers, memory_policy.py)."""
+    if event == "TERM":
+        stopper.stop(one, "SIGTERM")
+    elif event in ("TSTP", "CONT"):
+        stopper.steer(quiet=event == "TSTP")
+    elif event == "HUP":
+        one.retire("replaced (HUP)", restart="hup")
+    elif event == "recycle":
+        stopper.recycle(one, "reached max_jobs_per_child (1)", "max_jobs")
+    elif event == "no room":
+        stopper.push_back_now(one, "590 MB of 600 MB (98%)")
+    elif event == "memory kill":
+        stopper.kill_over_memory(one, "container memory at 590 of 600 MB")
+    elif event == "overdue":
+        if one.stop_deadline is not None:
+            one.stop_deadline = time.monotonic() - 1.0
+        stopper.overdue()
+
+
+@pytest.mark.parametrize("event", EVENTS)
+@pytest.mark.parametrize("state", ALL_STATES)
+def test_every_signal_in_every_state(
+    state: ChildState, event: str, sent: list[tuple[int, int]]
+) -> None:
+    """The state machine (SPEC §7), whole: each of the master's events in each
+    state ends in one state, with at most one signal."""
+    config = Config()
+    config.shutdown_timeout, config.memory_grace = 3.0, 30.0
+    table = ChildTable()
+    stopper = Stopper(config, table)
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        one = in_state(state, stopper, write_end)
+        table.add(one)
+        sent.clear()
+        RequestReader(read_end).read()
+        apply(event, one, stopper)
+        expected_state, expected_signal = MATRIX[state][event]
+        assert one.state == expected_state
+        assert [signum for _, signum in sent] == (
+            [expected_signal] if expected_signal is not None else []
+        )
+        requests = [verb for verb, _ in RequestReader(read_end).read()]
+        assert requests == (["push-back"] if (state, event) == (RECYCLING, "no room") else [])
+        # Whatever happened, a leaving child never serves again.
+        if state in (RETIRING, RECYCLING, STOPPING):
+            assert not one.serving
+        if state in (RECYCLING, STOPPING):
+            assert not one.steered and one.expected_exit
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_term_gives_a_recycling_child_the_lesser_of_its_two_deadlines(
+    sent: list[tuple[int, int]],
+) -> None:
+    """Hole 1: 1.5 s into a recycle with memory_grace 30, a TERM leaves it
+    shutdown_timeout (3 s) and the margin, not the recycle's 38 s."""
+    config = Config()
+    config.shutdown_timeout, config.memory_grace = 3.0, 30.0
+    stopper = Stopper(config, ChildTable())
+    long_grace = child(1, RUNNING)
+    stopper.recycle(long_grace, "reached max_jobs_per_child (1)", "max_jobs")
+    stopper.stop(long_grace, "SIGTERM")
+    assert long_grace.stop_deadline is not None
+    assert long_grace.stop_deadline <= time.monotonic() + 3.0 + STOP_MARGIN
+    assert sent == [(long_grace.pid, signal.SIGTERM)]
+    assert long_grace.restart_reason == "max_jobs"  # it was still replaced for its recycle
+
+    short_grace = child(2, RUNNING)
+    stopper.recycle(short_grace, "uses 300 MB", "memory", "over max_child_mb 200 (uss)")
+    assert short_grace.stop_deadline is not None
+    short_grace.stop_deadline = time.monotonic() + 1.0  # its recycle ends sooner
+    stopper.stop(short_grace, "SIGTERM")
+    assert short_grace.stop_deadline <= time.monotonic() + 1.0
+    assert short_grace.memory_cause == "over max_child_mb 200 (uss)"  # still blamed if killed

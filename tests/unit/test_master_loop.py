@@ -38,6 +38,7 @@ from jobmaster.supervisor.backoff import FIRST_DELAY
 from jobmaster.supervisor.build import build_master
 from jobmaster.supervisor.children import (
     QUIET,
+    RECYCLING,
     RETIRING,
     RUNNING,
     STARTING,
@@ -960,7 +961,7 @@ def test_a_child_over_its_limit_three_times_is_recycled_replacement_first(
         check_memory_now(harness)
     assert big.state == RUNNING
     check_memory_now(harness)
-    assert big.state == STOPPING and big.memory_cause == "over max_child_mb 150 (uss)"
+    assert big.state == RECYCLING and big.memory_cause == "over max_child_mb 150 (uss)"
     # Asked on its pipe, with the limit it is over; never a signal, which a
     # platform may send to every process (and a child could not tell apart).
     assert harness.signals_to(big) == []
@@ -993,7 +994,7 @@ def test_a_child_at_max_jobs_is_recycled_without_blame(harness: Harness) -> None
     [child, *_] = harness.start_all()
     os.write(harness.write_ends[child.pid], b"M")
     harness.master.read_ready(child)
-    assert child.state == STOPPING and child.memory_cause is None
+    assert child.state == RECYCLING and child.memory_cause is None
     assert harness.signals_to(child) == []  # it quieted itself and stops once idle
     harness.die(child, exited_with(0))
     [(_, triage)] = harness.recovery.requeued
@@ -1007,7 +1008,7 @@ def test_the_container_guard_recycles_the_largest_once_at_a_time(
     children = harness.start_all()
     sizes_for(monkeypatch, {children[0].pid: 300.0, children[1].pid: 350.0, children[2].pid: 260.0})
     check_memory_now(harness)
-    assert children[1].state == STOPPING
+    assert children[1].state == RECYCLING
     assert harness.signals_to(children[1]) == []
     [(verb, reason)] = harness.requests_to(children[1])
     assert verb == "recycle" and reason == "container memory guard (1000 MB)"
@@ -1038,8 +1039,11 @@ def test_the_last_line_kills_the_largest_child_and_blames_its_jobs_exactly(
         "this job 3 times: container memory at 960 of 1000 MB"
     )
     assert triage(b"fetched, not started", {"jid": "k"}) == ({"jid": "k"}, None)
-    harness.master.spawn_missing()  # a kill is no crash: replaced without backoff
-    assert [index for index, _ in harness.forks].count(big.index) == 2
+    # A kill is no crash, but backs off like one (never a kill loop): it
+    # served under a second, so its slot waits out the first delay.
+    harness.master.spawn_missing()
+    assert [index for index, _ in harness.forks].count(big.index) == 1
+    assert harness.master.respawns.waiting(big.index, time.monotonic())
 
 
 def test_no_room_a_recycled_child_pushes_its_jobs_back_now(
@@ -1078,7 +1082,7 @@ def test_near_the_limit_a_replacement_waits_until_the_recycled_child_has_gone(
     sizes.update({replacement.pid: 260.0, big.pid: 60.0})  # 720 with the old one: over 70 %
     for _ in range(3):
         check_memory_now(harness)
-    assert replacement.state == STOPPING
+    assert replacement.state == RECYCLING
     harness.master.spawn_missing()
     assert [index for index, _ in harness.forks].count(big.index) == 2  # held back
     harness.die(replacement, exited_with(0))
@@ -1153,3 +1157,60 @@ def test_a_child_whose_start_hook_failed_is_a_crash_at_start_backed_off_not_a_ha
     assert delays[2] == pytest.approx(0.4, abs=0.05)
     assert not harness.master.stopping
     assert harness.master.exit_code == exitcodes.OK
+
+
+def test_usage_held_high_by_the_rest_kills_and_blames_no_child(
+    make_harness: Callable[..., Harness],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hole 4 (a): a fake v1 tree held at 960 of 1000 MB and children of 30 MB
+    each: 48 memory kills and 49 forks in 10 s, an innocent job buried. The
+    growth is not the children's: nothing is killed, recycled or blamed, and
+    the log says what holds the memory."""
+    usage = tmp_path / "memory.usage_in_bytes"
+    usage.write_text(f"{100 * 2**20}\n")
+    (tmp_path / "memory.stat").write_text(f"total_shmem {700 * 2**20}\n")
+    harness = make_harness(
+        container_mb=1000, cgroup=MemoryCgroup(1, tmp_path, tmp_path, 1000 * 2**20)
+    )
+    children = harness.start_all()
+    sizes_for(monkeypatch, {c.pid: 30.0 for c in children})
+    usage.write_text(f"{960 * 2**20}\n")  # a tmpfs file, a sidecar: not the children
+    with caplog.at_level("WARNING", logger="jobmaster.supervisor.memory_policy"):
+        for _ in range(50):
+            check_memory_now(harness)
+            for child in harness.children():
+                if signal.SIGKILL in harness.signals_to(child):
+                    harness.die(child, killed_by(signal.SIGKILL))
+            harness.master.spawn_missing()
+    assert harness.kills == [] and harness.recovery.requeued == []
+    assert all(harness.requests_to(c) == [] for c in children)
+    assert len(harness.forks) == 3
+    [line] = [r.getMessage() for r in caplog.records if "not by the children" in r.getMessage()]
+    assert "the children hold 90 MB, the rest 870 MB" in line and "tmpfs/shm files 700 MB" in line
+
+
+def test_a_child_whose_subprocess_grows_is_measured_and_killed_with_it(
+    make_harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hole 4: a job's subprocess (in a session of its own) grew while the
+    master, measuring children alone, killed the *other* child. Its tree is
+    measured, and the kill takes the subprocess too."""
+    harness = make_harness(container_mb=1000)
+    children = harness.start_all()
+    grower = 7_000_001  # a fake pid: the descendant seam below names it
+    sizes = {children[0].pid: 60.0, children[1].pid: 20.0, children[2].pid: 20.0, grower: 880.0}
+    sizes_for(monkeypatch, sizes)
+    descendants = harness.master.memory.descendants
+    monkeypatch.setattr(
+        descendants,
+        "update",
+        lambda roots: {pid: ([grower] if pid == children[1].pid else []) for pid in roots},
+    )
+    killed: list[int] = []
+    monkeypatch.setattr(descendants, "kill", lambda root: killed.append(root) or [grower])
+    check_memory_now(harness)  # 980 MB: the tree of child 1 holds 900 of it
+    assert harness.signals_to(children[1]) == [signal.SIGKILL]
+    assert harness.signals_to(children[0]) == [] and killed == [children[1].pid]

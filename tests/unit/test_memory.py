@@ -105,10 +105,43 @@ def test_the_guard_acts_on_the_cgroup_usage_not_only_the_children() -> None:
     """The kernel compares the whole group's usage (master, page cache, a Redis)."""
     watch = MemoryWatch(limit_mb=0, container_mb=1000)
     assert GUARD == 0.90
-    assert watch.decide(Reading({1: 100, 2: 200}, used_mb=899), {1, 2}).recycle == []
-    actions = watch.decide(Reading({1: 100, 2: 200}, used_mb=900), {1, 2})
-    assert actions.recycle == [(2, 200, "guard")]
-    assert actions.kill is None and actions.used_mb == 900
+    assert watch.share(2) == AUTO_FILL * 1000 / 2  # no share given: AUTO_FILL, shared
+    assert watch.decide(Reading({1: 100, 2: 450}, used_mb=899), {1, 2}).recycle == []
+    actions = watch.decide(Reading({1: 100, 2: 450}, used_mb=900), {1, 2})
+    assert actions.recycle == [(2, 450, "guard")]
+    assert actions.kill is None and actions.used_mb == 900 and actions.not_ours is None
+
+
+def test_growth_that_is_not_the_childrens_is_reported_never_acted_on() -> None:
+    """Hole 4: usage held high by the rest (a tmpfs file, a Redis, a sidecar, a
+    job's subprocess the tree missed) recycled and killed innocent children,
+    whose replacements grew back, and buried their jobs."""
+    watch = MemoryWatch(limit_mb=0, container_mb=1000, share_mb=300)
+    for used in (900, 960, 999):
+        actions = watch.decide(Reading({1: 100, 2: 200}, used_mb=used), {1, 2})
+        assert actions.recycle == [] and actions.kill is None and actions.push_back == []
+        assert actions.not_ours == (300, used - 300)
+    # A child over its share, whose death brings usage under the line: killed.
+    actions = watch.decide(Reading({1: 100, 2: 320}, used_mb=960), {1, 2})
+    assert actions.kill == (2, 320) and actions.not_ours is None
+
+
+def test_no_kill_that_would_not_bring_usage_back_under_the_line() -> None:
+    small = MemoryWatch(limit_mb=0, container_mb=1000, share_mb=20)
+    actions = small.decide(Reading({1: 25, 2: 30}, used_mb=990), {1, 2})
+    assert actions.kill is None  # 990 - 30 = 960: still over, for nothing
+
+
+def test_a_kill_that_freed_too_little_stops_the_kills_until_usage_falls() -> None:
+    """The usage does not follow the children (or something else grew
+    meanwhile): a second kill would free no more. Never a kill loop."""
+    watch = MemoryWatch(limit_mb=0, container_mb=1000, share_mb=20)
+    assert watch.decide(Reading({1: 30}, used_mb=960), {1}).kill == (1, 30)
+    after = watch.decide(Reading({2: 30}, used_mb=958), {2})  # reaped: freed 2 MB of 30
+    assert after.freed_little == (30, 2) and after.kill is None
+    assert watch.decide(Reading({2: 31}, used_mb=960), {2}).kill is None
+    assert watch.decide(Reading({2: 31}, used_mb=800), {2}).kill is None  # under GUARD: reset
+    assert watch.decide(Reading({2: 31}, used_mb=960), {2}).kill == (2, 31)
 
 
 def test_the_guard_counts_leaving_children_and_acts_again_while_they_leave() -> None:
@@ -118,8 +151,8 @@ def test_the_guard_counts_leaving_children_and_acts_again_while_they_leave() -> 
     leaving = Reading(sizes, leaving=frozenset({1}), used_mb=920)
     assert watch.decide(leaving, {1, 2, 3}).recycle == []
     # Child 1 is a small one: its going is not enough, the guard acts again.
-    small = Reading({1: 10, 2: 250, 3: 200}, leaving=frozenset({1}), used_mb=920)
-    assert watch.decide(small, {1, 2, 3}).recycle == [(2, 250, "guard")]
+    small = Reading({1: 10, 2: 350, 3: 200}, leaving=frozenset({1}), used_mb=920)
+    assert watch.decide(small, {1, 2, 3}).recycle == [(2, 350, "guard")]
 
 
 def test_the_guard_counts_children_recycled_in_the_same_sample_as_leaving() -> None:
@@ -148,8 +181,10 @@ def test_the_last_line_kills_the_largest_child_leaving_ones_included_once() -> N
     assert actions.recycle == []  # 951 - 350 is under the guard line
     # Not reaped yet: no second kill on the next sample, whatever it says.
     assert watch.decide(Reading({1: 300, 3: 100}, used_mb=960), {1, 2, 3}).kill is None
-    # Reaped, and still over the line: the next largest.
-    assert watch.decide(Reading({1: 300, 3: 100}, used_mb=960), {1, 3}).kill == (1, 300)
+    # Reaped: its death freed what it held; when usage is back over the
+    # line, the largest again (of two children now: a share of 400 MB).
+    assert watch.decide(Reading({1: 300, 3: 100}, used_mb=600), {1, 3}).freed_little is None
+    assert watch.decide(Reading({1: 620, 3: 100}, used_mb=960), {1, 3}).kill == (1, 620)
 
 
 def test_without_a_readable_usage_the_master_and_every_child_are_counted() -> None:
@@ -175,3 +210,15 @@ def test_max_jobs_per_child_is_jittered_by_10_percent() -> None:
     assert len(set(draws)) > 10  # children started together don't all recycle together
     assert jittered(0) == 0
     assert jittered(1) == 1
+
+
+def test_children_past_the_pool_size_share_what_it_was_given() -> None:
+    """TTIN: a fourth child of a pool of three, each given 200 MB, shares the
+    same 600 MB; a child and its replacement beside it during a recycle share
+    one slot (the leaving one does not count)."""
+    watch = MemoryWatch(limit_mb=0, container_mb=1000, share_mb=200, processes=3)
+    assert watch.share(3, 3) == 200
+    assert watch.share(4, 3) == 200  # one of the four is leaving
+    assert watch.share(4, 4) == 150
+    actions = watch.decide(Reading({1: 160, 2: 160, 3: 160, 4: 160}, used_mb=920), {1, 2, 3, 4})
+    assert [r[2] for r in actions.recycle] == ["guard"] and actions.not_ours is None

@@ -33,6 +33,22 @@ def test_nothing_is_claimed_once_quiet_or_stopping() -> None:
     assert not running.claim(Unit(b"{}", "default"))
 
 
+def test_a_recycled_process_never_resumes_claiming() -> None:
+    """Hole 2: a CONT or a remote resume set a recycling child fetching again;
+    only ``stopping`` was checked."""
+    running = table()
+    assert running.leave()
+    assert not running.claim(PLAIN)
+    assert not running.resume()
+    assert not running.claim(PLAIN)
+    spent = RunningTable(threading.Event(), threading.Event(), max_jobs=1)
+    spent.fetching.set()
+    assert spent.claim(PLAIN)
+    assert spent.finished(PLAIN) and spent.spent
+    spent.quiet()  # the manager's quiet at max_jobs, before the recycle begins
+    assert not spent.resume()  # a CONT in between does not undo it
+
+
 def test_a_stop_takes_running_jobs_from_their_threads() -> None:
     running = table()
     running.claim(PLAIN)

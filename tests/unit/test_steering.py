@@ -34,6 +34,10 @@ class FakeManager:
         self.quiet_now = False
         self.calls.append("resume")
 
+    def leave(self) -> None:
+        self.quiet_now = True
+        self.calls.append("leave")
+
 
 @pytest.fixture
 def steering(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
@@ -89,8 +93,27 @@ def test_a_usr1_forwarded_by_the_master_and_received_directly_dumps_once(steerin
 def test_a_recycle_request_says_which_limit_and_blames_with_it(steering: Any) -> None:
     assert send_request(steering.requests_w, RECYCLE, "container memory guard (600 MB)")
     assert steering.step(None) is None
-    assert steering.worker.manager.calls == ["quiet"]
+    assert steering.worker.manager.calls == ["leave"]  # quiet for good
     assert steering.memory_cause == "container memory guard (600 MB)"
     assert steering.recycle_reason == "recycled by the master: container memory guard (600 MB)"
     steering.worker.manager.busy = 0  # its jobs are done: it stops for that reason
     assert steering.step(None) == steering.recycle_reason
+
+
+def test_a_term_during_a_recycle_gets_the_lesser_of_its_time_left_and_shutdown_timeout(
+    steering: Any,
+) -> None:
+    """Hole 1, the child's side: a TERM 1.5 s into a 30 s recycle leaves the
+    jobs shutdown_timeout, not 28.5 s; a recycle about to end keeps its end
+    (and its blame, over memory)."""
+    steering.config.shutdown_timeout, steering.config.memory_grace = 3.0, 30.0
+    assert steering.stop_timeout("SIGTERM") == (3.0, False)  # not recycling
+    assert send_request(steering.requests_w, RECYCLE, "over max_child_mb 200 (uss)")
+    assert steering.step(None) is None
+    timeout, blamed = steering.stop_timeout("SIGTERM")
+    assert (timeout, blamed) == (3.0, False)  # cut short by the TERM: no blame
+    steering.recycle_deadline -= 28.5  # 1.5 s of its grace left
+    timeout, blamed = steering.stop_timeout("SIGTERM")
+    assert 1.0 < timeout <= 1.5 and blamed
+    assert steering.stop_timeout(steering.recycle_reason) == (3.0, True)
+    assert steering.stop_timeout("SIGQUIT") == (0.0, False)
