@@ -24,6 +24,7 @@ import redis
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
 from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
+from jobmaster.poison import interrupted
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.cancels import CancelWatch
@@ -206,7 +207,9 @@ class Manager:
         job is back on its queue and its next run records it.
         """
         running = self.table.close()
-        triage = blame(self.table.started_digests()) if blame is not None else None
+        started = self.table.started_digests()
+        # Either way the jobs whose code ran count a run cut short (attempt).
+        triage = blame(started) if blame is not None else interrupted(started)
         self.signal.notify_all()
         if running:
             log.warning(
