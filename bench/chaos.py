@@ -809,7 +809,8 @@ class Chaos:
         self.tally.twins += tokens
         killed = 0
         if self.wait(lambda: self.started_count(tokens) >= count // 2, 15):
-            busy = [p for p in self.old_children() if self.inflight(p)]
+            # Young children too, as in forged_queue, which forks some just before.
+            busy = [p for p in self.master.children() if self.inflight(p)]
             if busy:
                 victim = self.rng.choice(busy)
                 self.tally.stopped_by_chaos.add(victim)

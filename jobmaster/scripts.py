@@ -357,10 +357,20 @@ class Finish(ScriptCall):
 # ttl = status TTL (s), queue_prefix, status_prefix ('' = status off),
 # scheduled = the scheduled set}. Channels are not keys: the wakeup channel
 # is built from its prefix.
+# A queue key that holds another type (forged) would fail the LPUSH after the
+# step's other writes, which Redis keeps: a chain's next step was then in no
+# key at all. Such a job goes to the scheduled set instead, due at once,
+# where the poller buries it with the reason (SPEC §8: it lands somewhere).
 BATCH_FUNCTIONS = """
 local function push_job(via, queue_key, status_key, queue, payload)
+  local held = redis.call('TYPE', queue_key)['ok']
+  if held ~= 'list' and held ~= 'none' then
+    redis.call('ZADD', via.scheduled, 0, payload)
+    if via.status_prefix ~= '' then redis.call('SET', status_key, 'scheduled', 'EX', via.ttl) end
+    return
+  end
   redis.call('LPUSH', queue_key, payload)
-  redis.call('SADD', via.queues, queue)
+  redis.pcall('SADD', via.queues, queue)
   if via.status_prefix ~= '' then redis.call('SET', status_key, 'queued', 'EX', via.ttl) end
   redis.call('PUBLISH', via.wakeup .. queue, 1)
 end

@@ -34,6 +34,8 @@ from jobmaster.worker import outcome
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.outcome import decide_failure, record
 from jobmaster.worker.poller import BATCH, ScheduledPoller
+from jobmaster.worker.process import WorkerProcess
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 K = Keys()
@@ -266,3 +268,28 @@ def test_an_operator_s_retry_to_a_queue_of_another_type_leaves_the_entry_dead(
     assert store.zrange(K.dead, 0, -1) == [raw]
     assert DeadSet(client).retry_all() == 0
     assert store.zrange(K.dead, 0, -1) == [raw]
+
+
+def test_a_chain_s_next_step_whose_queue_refuses_it_is_buried_not_lost(
+    make_config: Callable[..., Config],
+    running_worker: Callable[[Config], WorkerProcess],
+    client: Client,
+    store: redis.Redis,
+) -> None:
+    """FINISH_STEP pushes the next step as the first one ends. Its LPUSH into a
+    queue key holding a string failed inside the trapped workflow step: the
+    step was never anywhere. It now waits in the scheduled set (due at once),
+    where the poller buries it with the reason."""
+    from tests import jobs
+
+    store.set(K.queue("weird"), "x")
+    running_worker(make_config(concurrency=2))
+    jobmaster.chain(
+        jobs.step.s("first"), jobs.step.options(queue="weird").s("second"), client=client
+    )
+
+    wait_until(lambda: store.zcard(K.dead) == 1, timeout=10, message="the next step buried")
+    [entry] = dead(store)
+    assert entry["args"][0] == "second"
+    assert entry["dead_reason"] == f"could not be requeued: {K.queue('weird')} holds a string"
+    assert store.zcard(K.scheduled) == 0
