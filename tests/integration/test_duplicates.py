@@ -4,12 +4,12 @@ A producer in another language that retries an LPUSH after a lost reply
 pushes the same bytes twice. The worker kept its claims by those bytes: the
 second claim overwrote the first, one copy was never acknowledged, and the
 self-check ran it a third time a minute later. Each copy must leave the
-in-progress list with an outcome of its own.
+in-progress list with an outcome of its own. (The self-check counts copies:
+test_worker.py's test_self_check_requeues_an_entry_no_thread_is_running.)
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import pytest
@@ -45,23 +45,3 @@ def test_the_same_bytes_pushed_twice_run_twice_and_leave_nothing_in_progress(
     )
     assert store.get(K.stat("processed")) == b"2"
     holds_for(1.0, lambda: runs(store, "twin") == 2, "a copy ran again")
-
-
-def test_the_self_check_requeues_each_unclaimed_copy(
-    make_config: Callable[..., Config], running_worker: StartWorker, store: redis.Redis
-) -> None:
-    worker = running_worker(make_config())
-    worker.manager.quiet()  # nothing fetched meanwhile: the entries stay unclaimed
-    raw = wire.encode(wire.build("tests.record", ["stuck twins"], {}, queue="default"))
-    store.lpush(worker.ctx.inprogress_key, raw, raw)  # as if both acks had failed
-    worker.selfcheck.step()
-    assert store.llen(worker.ctx.inprogress_key) == 2  # suspects once: not yet moved
-    worker.selfcheck.step()
-    wait_until(
-        lambda: (
-            store.llen(worker.ctx.inprogress_key) == 0
-            and [json.loads(r)["jid"] for r in store.lrange(K.queue("default"), 0, -1)]
-            == [json.loads(raw)["jid"]] * 2
-        ),
-        timeout=5,
-    )
