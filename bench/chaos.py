@@ -42,6 +42,16 @@ records its completion), then, while they run:
   are recycled while jobs of RECYCLE_FUEL_MS run in them; then a TERM must
   stop it within ``shutdown_timeout`` (a TERM reaches a recycling child), or
   a TSTP and CONT must leave every recycling child quiet (none "resumed").
+- ``forged_queue``: ``SET <ns>:queue:weird x``, and jobs whose payload says
+  ``"queue": "weird"`` pushed by hand onto a served queue and into the
+  scheduled set; the children running them are SIGKILLed. The master's
+  requeue and the poller are refused by that key: each such job must end
+  done or in the dead set with the reason ("could not be requeued"), never
+  nowhere (SPEC §8); the key is deleted after;
+- ``duplicates``: payloads LPUSHed twice, byte for byte (a producer that
+  retried), with a child holding some of them SIGKILLed: each copy must run
+  at least once, none may be left in an in-progress list (stranded), and
+  their second copy is no extra run (``copies``).
 
 A thread watches the state of every process of the pool all along: none may
 be seen stopped (T) but those the bench SIGSTOPped itself.
@@ -144,8 +154,10 @@ SCHEDULE = (
     (0.88, "stopped_past_ttl"),
     (0.92, "redis_pause"),
     (0.96, "poison"),
-    (0.97, "recycle_term"),
-    (0.98, "recycle_cont"),
+    (0.965, "recycle_term"),
+    (0.97, "recycle_cont"),
+    (0.975, "forged_queue"),
+    (0.98, "duplicates"),
 )
 
 MAX_CHILD_MB = 120
@@ -186,6 +198,8 @@ KILLED_BY_BROADCAST = re.compile(rf"child \d+ \(pid (\d+)\) [^\n]*?\b({BROADCAST
 RECYCLE_GRACE = 30
 RECYCLE_FUEL_MS = 6000
 RECYCLE_STOP_S = SHUTDOWN_TIMEOUT + 2.5  # a TERM's bound: never the recycle's grace
+FORGED_QUEUE = "weird"  # its key holds a string: forged_queue's jobs name it
+REFUSED = "could not be requeued"  # how the dead reason of a job its queue refused begins
 BLOAT_QUEUE, POISON_QUEUE, LATE_QUEUE = "bloat", "poison", "late"
 QUEUES = [BLOAT_QUEUE, POISON_QUEUE, LATE_QUEUE, "default"]  # strict: in this order
 
@@ -208,6 +222,9 @@ class Tally:
     late_stops: list[tuple[float, list[str]]] = field(default_factory=list)  # (unix time, tokens)
     broadcast_fuel: list[str] = field(default_factory=list)
     pills: list[str] = field(default_factory=list)
+    forged: list[str] = field(default_factory=list)  # tokens of forged_queue's jobs
+    twins: list[str] = field(default_factory=list)  # tokens pushed twice by duplicates
+    twins_stranded: int = 0  # copies left in an in-progress list once every copy ran
     pause_replaced_s: list[float | None] = field(default_factory=list)
     master_exit_codes: list[int | None] = field(default_factory=list)
     stop_seconds: list[float] = field(default_factory=list)
@@ -237,6 +254,7 @@ class Chaos:
         self.log_offset = 0
         self.expected: set[str] = set()  # every token pushed
         self.jids: dict[str, str] = {}  # jid -> token
+        self.copies: dict[str, int] = {}  # jid -> entries pushed, when more than one
         self.phase = "start"  # what the run is doing, for the state watcher
         self.fuel_pushed: Counter[str] = Counter()
         self.master: Master
@@ -836,6 +854,134 @@ class Chaos:
             "ok": ok,
         }
 
+    def do_forged_queue(self) -> dict[str, Any]:
+        """Jobs naming a queue whose key holds a string (FORGED_QUEUE), pushed by
+        hand onto the late queue (served) and into the scheduled set (due now);
+        each child running one is SIGKILLed. The master's crash triage and the
+        poller take the queue from the payload and are refused: each job must
+        end done, or dead with REFUSED's reason (not in any key: lost)."""
+        cycle, size = self.tally.counts["forged_queue"], self.profile.processes
+        queue_key = KEYS.queue(FORGED_QUEUE)
+        self.retrying(lambda: self.conn.set(queue_key, "forged"))
+        running = [
+            wire.build(JOB, [f"f{cycle}_{i}", 3000], {}, queue=FORGED_QUEUE) for i in range(size)
+        ]
+        due = [wire.build(JOB, [f"fs{cycle}_{i}", 0], {}, queue=FORGED_QUEUE) for i in range(size)]
+        now = time.time()
+        for payload in running:
+            payload["enqueued_at"] = now
+        self.retrying(lambda: self.conn.lpush(KEYS.queue(LATE_QUEUE), *map(wire.encode, running)))
+        self.retrying(lambda: self.conn.zadd(KEYS.scheduled, {wire.encode(p): now for p in due}))
+        tokens = self.note_pushed([*running, *due])
+        self.tally.forged += tokens
+        killed = 0
+        if self.wait(lambda: self.started_count(tokens[:size]) == size, 15):
+            # Young children too: they were forked by the poison's crashes just
+            # before, and one kill of each costs a backoff of 0.1 s at most.
+            for pid in [p for p in self.master.children() if self.holds(p, FORGED_QUEUE)]:
+                self.tally.stopped_by_chaos.add(pid)
+                os.kill(pid, signal.SIGSTOP)
+                self.tally.inflight_at_kills += self.inflight(pid)
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        settled = self.wait(lambda: self.settled_tokens(tokens), 30)
+        refused = len(set(tokens) & self.refused_tokens())
+        self.retrying(lambda: self.conn.delete(queue_key))
+        return {
+            "jobs": len(tokens),
+            "children_killed": killed,
+            "refused": refused,
+            "settled": settled,
+            "ok": settled and killed > 0 and refused > 0,
+        }
+
+    def do_duplicates(self) -> dict[str, Any]:
+        """Each payload LPUSHed twice, byte for byte, onto the late queue, and a
+        child holding some of them SIGKILLed: every copy must run (a token's
+        runs >= 2) and none may stay in an in-progress list once they have."""
+        cycle = self.tally.counts["duplicates"]
+        count = self.profile.processes * self.profile.concurrency
+        payloads = [
+            wire.build(JOB, [f"d{cycle}_{i}", 800], {}, queue=LATE_QUEUE) for i in range(count)
+        ]
+        now = time.time()
+        raws = []
+        for payload in payloads:
+            payload["enqueued_at"] = now
+            raws += [wire.encode(payload)] * 2
+        self.retrying(lambda: self.conn.lpush(KEYS.queue(LATE_QUEUE), *raws))
+        tokens = self.note_pushed(payloads, copies=2)
+        self.tally.twins += tokens
+        killed = 0
+        if self.wait(lambda: self.started_count(tokens) >= count // 2, 15):
+            # Young children too, as in forged_queue, which forks some just before.
+            busy = [p for p in self.master.children() if self.inflight(p)]
+            if busy:
+                victim = self.rng.choice(busy)
+                self.tally.stopped_by_chaos.add(victim)
+                os.kill(victim, signal.SIGSTOP)
+                self.tally.inflight_at_kills += self.inflight(victim)
+                os.kill(victim, signal.SIGKILL)
+                killed = 1
+        ran = self.wait(lambda: self.runs_at_least(tokens, 2), 60)
+        # What is left in progress once every copy ran is stranded: gone at
+        # once when each copy is acknowledged on its own.
+        self.wait(lambda: not self.held_jids({str(p["jid"]) for p in payloads}), 3)
+        stranded = len(self.held_jids({str(p["jid"]) for p in payloads}))
+        self.tally.twins_stranded += stranded
+        return {
+            "pushed_twice": count,
+            "children_killed": killed,
+            "every_copy_ran": ran,
+            "stranded": stranded,
+            "ok": ran and not stranded,
+        }
+
+    def note_pushed(self, payloads: list[dict[str, Any]], copies: int = 1) -> list[str]:
+        """Payloads pushed by hand (not through push): expected, by token."""
+        tokens = [str(p["args"][0]) for p in payloads]  # type: ignore[index]
+        self.expected.update(tokens)
+        for payload, token in zip(payloads, tokens, strict=True):
+            self.jids[str(payload["jid"])] = token
+            if copies > 1:
+                self.copies[str(payload["jid"])] = copies
+        self.total = len(self.expected)
+        return tokens
+
+    def holds(self, pid: int, queue: str) -> bool:
+        """Whether the child ``pid``'s in-progress list holds a job of ``queue``."""
+        marker = f'"queue":"{queue}"'.encode()
+        keys = [
+            k
+            for k in self.retrying(lambda: self.conn.keys(INPROGRESS_PATTERN))
+            if text(k).split(":")[-2] == str(pid)
+        ]
+        return any(marker in raw for k in keys for raw in self.conn.lrange(k, 0, -1))
+
+    def held_jids(self, jids: set[str]) -> set[str]:
+        """Those of ``jids`` found in an in-progress list."""
+        found = set()
+        for key in self.retrying(lambda: self.conn.keys(INPROGRESS_PATTERN)):
+            for raw in self.retrying(lambda key=key: self.conn.lrange(key, 0, -1)):
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    if (jid := str(json.loads(raw)["jid"])) in jids:
+                        found.add(jid)
+        return found
+
+    def runs_at_least(self, tokens: list[str], runs: int) -> bool:
+        found = self.retrying(lambda: self.conn.hmget(RUNS_KEY, tokens))
+        return all(int(n or 0) >= runs for n in found)
+
+    def refused_tokens(self) -> set[str]:
+        """Tokens in the dead set because their queue refused them (REFUSED)."""
+        tokens = set()
+        for raw in self.retrying(lambda: self.conn.zrange(KEYS.dead, 0, -1)):
+            with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+                entry = json.loads(raw)
+                if str(entry.get("dead_reason", "")).startswith(REFUSED):
+                    tokens.add(str(entry["args"][0]))
+        return tokens
+
     # -- the run ------------------------------------------------------------------
     def log(self) -> str:
         return self.logfile.read_text(errors="replace")
@@ -933,9 +1079,12 @@ class Chaos:
         jids = sorted(set(self.jids) | set(where)) if every_job else sorted(where)
         history = self.retrying(lambda: self.completions(jids))
         complete = {j: sum(a.get("outcome") == "complete" for a in h) for j, h in history.items()}
-        two_places = {j: p for j, p in where.items() if len(p) > 1}
-        finished_somewhere = {j: p for j, p in where.items() if complete.get(j)}
-        finished_twice = sorted(j for j, n in complete.items() if n > 1)
+        copies = self.copies  # a job pushed twice is two entries, each finished once
+        two_places = {j: p for j, p in where.items() if len(p) > copies.get(j, 1)}
+        finished_somewhere = {
+            j: p for j, p in where.items() if complete.get(j, 0) + len(p) > copies.get(j, 1)
+        }
+        finished_twice = sorted(j for j, n in complete.items() if n > copies.get(j, 1))
         bad = set(two_places) | set(finished_somewhere) | set(finished_twice)
         result = {
             "at": label,
@@ -991,7 +1140,9 @@ class Chaos:
         dead = self.dead_tokens()
         expected = self.expected
         lost = sorted(expected - done - set(dead))
-        extra_runs = sum(n - 1 for n in runs.values() if n > 1)
+        # A token pushed twice (duplicates) runs twice without an extra run.
+        pushed = Counter({self.jids[j]: n for j, n in self.copies.items()})
+        extra_runs = sum(n - pushed.get(t, 1) for t, n in runs.items() if n > pushed.get(t, 1))
         # A job may run again only if it left a process's hands without its
         # outcome: in a child SIGKILLed (by us, or by a poison pill beside it:
         # the master's "requeued N"), in flight when Redis stopped or paused
@@ -1012,7 +1163,10 @@ class Chaos:
         end_scan = self.scan("at the end", every_job=True)
         bad_scans = [s for s in tally.scans if s["violations"]]
         late_pushed, late_recorded = self.late_outcomes()
-        innocent_dead = sorted(set(dead) - set(tally.pills))
+        refused = self.refused_tokens()
+        innocent_dead = sorted(set(dead) - set(tally.pills) - refused)
+        forged_lost = sorted(set(tally.forged) - done - refused)
+        twins_short = sorted(t for t in tally.twins if runs.get(t, 0) < 2)
         pills_alive = sorted(set(tally.pills) - set(dead))
         log = self.log()
         broadcast_deaths = sorted({f"pid {m[0]}: {m[1]}" for m in KILLED_BY_BROADCAST.findall(log)})
@@ -1032,6 +1186,12 @@ class Chaos:
             "innocent_dead": len(innocent_dead),
             "innocent_dead_sample": innocent_dead[:10],
             "innocents_counted_a_crash": tally.innocents_blamed,
+            "forged_queue_jobs": len(tally.forged),
+            "forged_queue_jobs_refused_to_dead": len(set(tally.forged) & refused),
+            "forged_queue_jobs_lost": len(forged_lost),
+            "duplicated_pushes": len(tally.twins),
+            "duplicated_copies_not_run": len(twins_short),
+            "duplicated_copies_stranded": tally.twins_stranded,
             "one_place_scans": len(tally.scans),
             "scans_with_violations": [s["at"] for s in bad_scans],
             "jids_in_two_places_at_end": end_scan["in_two_places"],
@@ -1056,6 +1216,9 @@ class Chaos:
             "stops, stopped children and poison crashes": extra_runs <= allowance,
             "dead set = the poison pills (no innocent job dead, every pill dead)": not innocent_dead
             and not pills_alive,
+            "every job of a forged queue done or dead with the reason": not forged_lost,
+            "each copy of a duplicated push ran, none stranded in progress": not twins_short
+            and not tally.twins_stranded,
             "no jid in two places, nor finished and in a place, nor finished twice "
             "(at each stop of the pool and at the end)": not bad_scans,
             "no late outcome recorded for a job pushed back at a stop": late_recorded == 0,
@@ -1121,6 +1284,16 @@ def print_table(report: dict[str, Any]) -> None:
         ("run more than once", f"{f['run_more_than_once']} (allowed {f['duplicate_allowance']})"),
         ("dead", f"{f['dead']} ({f['poison_pills']} poison pills, {f['innocent_dead']} innocent)"),
         ("innocents counted a crash", f["innocents_counted_a_crash"]),
+        (
+            "forged queue",
+            f"{f['forged_queue_jobs']} jobs, {f['forged_queue_jobs_refused_to_dead']} refused "
+            f"to the dead set, {f['forged_queue_jobs_lost']} lost",
+        ),
+        (
+            "duplicated pushes",
+            f"{f['duplicated_pushes']} x 2, {f['duplicated_copies_not_run']} copies not run, "
+            f"{f['duplicated_copies_stranded']} stranded",
+        ),
         (
             "one-place scans",
             f"{f['one_place_scans']} ({len(f['scans_with_violations'])} with a violation)",

@@ -17,6 +17,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+# Runs of a job cut short without an outcome, which its payload carries: its
+# worker process died while the job's code ran (a crash), or a stop pushed it
+# back to its queue while it ran. Written by the triages of poison.py.
+INTERRUPTED = "interrupted_count"
+
 
 @dataclass(frozen=True)
 class JobInfo:
@@ -25,7 +30,9 @@ class JobInfo:
     jid: str
     name: str  # the registered job name, ``myapp.jobs.send_email``
     queue: str
-    attempt: int  # 1 on the first run, 2 on the first retry...
+    # This run's number: 1 on the first, then one more after each failure
+    # retried (``retry_count``) and each run cut short (``INTERRUPTED``).
+    attempt: int
     enqueued_at: float | None  # unix time it was last pushed to its queue
     batch_id: str | None  # None outside a batch
 
@@ -33,18 +40,22 @@ class JobInfo:
     def of(cls, payload: Mapping[str, Any], queue: str | None = None) -> JobInfo:
         """Read from a payload; a field that is missing or forged reads as its
         default (fields come from Redis: anyone's to write, SPEC §8)."""
-        retries = payload.get("retry_count")
-        done = retries if isinstance(retries, int) and not isinstance(retries, bool) else 0
+        done = _runs(payload.get("retry_count")) + _runs(payload.get(INTERRUPTED))
         enqueued = payload.get("enqueued_at")
         batch = payload.get("batch")
         return cls(
             jid=str(payload.get("jid", "")),
             name=str(payload.get("job", "")),
             queue=queue if queue is not None else str(payload.get("queue", "")),
-            attempt=max(done, 0) + 1,
+            attempt=done + 1,
             enqueued_at=float(enqueued) if _finite(enqueued) else None,
             batch_id=batch if isinstance(batch, str) and batch else None,
         )
+
+
+def _runs(value: object) -> int:
+    """A count of runs as a payload says it; what is not a count reads as none."""
+    return max(value, 0) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _finite(value: object) -> TypeGuard[float]:

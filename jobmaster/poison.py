@@ -16,6 +16,10 @@ list had started (slots.py):
 
 Where nothing says which jobs had started (``started`` is None), every entry
 is counted, as before the slots existed.
+
+Every job that was running, counted or not, also carries one more run cut
+short (``interrupted_count``): ``current_job().attempt`` counts runs, and
+so does a stop's push-back of a job that had started (``interrupted``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jobmaster.current import INTERRUPTED
 from jobmaster.recovery import Triage
 from jobmaster.slots import digest
 
@@ -48,9 +53,12 @@ def crash_triage(
         if started is not None:
             if digest(raw) not in started:
                 return payload, None  # not started: not to blame
+            _cut_short(payload)
             if len(started) > 1:
                 payload[SUSPECT] = True  # ran beside others: runs alone next time
                 return payload, None
+        if started is None:
+            _cut_short(payload)
         count = _count(payload.get("crash_count")) + 1
         payload["crash_count"] = count
         payload["crash_cause"] = cause
@@ -64,6 +72,23 @@ def crash_triage(
         return payload, f"the worker process {event} while running this job {times}: {cause}"
 
     return triage
+
+
+def interrupted(started: Sequence[bytes]) -> Triage:
+    """A triage for a stop's push-back: each job whose code was running
+    (``started``: digests, slots.digest) carries one more run cut short. No
+    blame: a stop is not the job's doing."""
+
+    def triage(raw: bytes, payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        if digest(raw) in started:
+            _cut_short(payload)
+        return payload, None
+
+    return triage
+
+
+def _cut_short(payload: dict[str, Any]) -> None:
+    payload[INTERRUPTED] = _count(payload.get(INTERRUPTED)) + 1
 
 
 def _count(value: object) -> int:

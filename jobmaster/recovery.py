@@ -6,6 +6,13 @@ host whose heartbeat expired) and by the master (a child that died). Each
 entry moves with one TRANSFER script (BURY into the dead set) that only acts
 if the entry is still in the list, so two recoverers racing never push a job
 twice.
+
+A move lands its entry or leaves it where it was (SPEC §8). A target key
+that holds another type (a forged ``SET <ns>:queue:weird x``, and a payload
+that names "weird") refuses it whole (``TargetRefused``); an entry that can
+never reach its queue then goes to the dead set with the reason, and one
+that cannot reach the dead set either stays where it was, logged as an
+error: it is found again by the next recovery of that list.
 """
 
 from __future__ import annotations
@@ -38,10 +45,24 @@ HEARTBEAT_FIELDS = ("identity", "locus", "pid", "pid_started", "master_pid", "ma
 # graces: scans come every grace, and without them the count starts again.
 SILENT_WINDOW = 4
 
+# BURY's reply when the job is buried but its on_failure hook job could not be
+# queued (its queue's key holds another type): scripts.py.
+HOOK_REFUSED = 2
+
 # Decides, for an entry (as listed, and decoded), whether it goes back to a
 # queue (return the payload to push, possibly changed) or to the dead set
 # (return a reason).
 Triage = Callable[[bytes, dict[str, Any]], "tuple[dict[str, Any], str | None]"]
+
+
+class TargetRefused(Exception):
+    """A move's target key holds another type than the move needs (a list for a
+    queue, a sorted set for the others): nothing was moved."""
+
+    def __init__(self, key: str, held: str) -> None:
+        super().__init__(f"{key} holds a {held}")
+        self.key = key
+        self.held = held
 
 
 @dataclass
@@ -95,7 +116,8 @@ class Recovery:
 
         Into the dead set it is a BURY, which also releases the unique lock
         ``unlock`` (if the job holds it) and pushes the ``hook`` job, in the
-        same step."""
+        same step. Raises TargetRefused, with nothing moved, when ``target``
+        holds another type."""
         dead = where == "zset"
         jid = str(entry.get("jid"))
         status = status if self.status_ttl else ""
@@ -117,7 +139,7 @@ class Recovery:
             status_ttl=self.status_ttl or 1,
         )
         if target != self.keys.dead:
-            return bool(move.run(self.scripts.transfer))
+            return _landed(move.run(self.scripts.transfer), target)
         hook_queue = str(hook["queue"]) if hook is not None else ""
         bury = Bury(
             transfer=move,
@@ -131,11 +153,17 @@ class Recovery:
         )
         step = step_of(entry)
         if step is None:
-            return bool(bury.run(self.scripts.bury))
-        # A batch or chain job buried: its workflow moves with it.
-        flow = workflow_step(self.keys, "dead", step, bool(status))
-        moved = BuryStep(bury, flow, jid).run(self.scripts.bury_step)
-        return bool(moved)
+            reply = bury.run(self.scripts.bury)
+        else:  # a batch or chain job buried: its workflow moves with it
+            flow = workflow_step(self.keys, "dead", step, bool(status))
+            reply = BuryStep(bury, flow, jid).run(self.scripts.bury_step)
+        if reply == HOOK_REFUSED:
+            log.error(
+                "jid=%s buried, but its on_failure hook job was not queued: %s is not a list",
+                jid,
+                bury.hook_queue_key,
+            )
+        return _landed(reply, target)
 
     def requeue(
         self,
@@ -148,8 +176,11 @@ class Recovery:
         """Put each entry back at the front of its queue (it was already waited for).
 
         ``queues`` gives the queue an entry was fetched from, when known;
-        otherwise the payload's own ``queue`` field decides. An entry that is
-        not a valid payload is buried with its raw bytes.
+        otherwise the payload's own ``queue`` field decides (as does a
+        triage that sends it elsewhere: a crash queue). An entry that is not
+        a valid payload is buried with its raw bytes, and so is one whose
+        queue's key holds another type, with the reason: a name in a payload
+        may be forged, and the entry would otherwise be in no key at all.
         """
         report = RecoveryReport()
         for raw in entries:
@@ -158,36 +189,52 @@ class Recovery:
             except wire.BadPayload as error:
                 self._bury(list_key, raw, wire.buried(raw, str(error), None), report)
                 continue
-            fetched_from = (queues or {}).get(raw)
-            reason = None
+            queue, reason = str(payload["queue"]), None
             if triage is not None:
-                payload, reason = triage(raw, payload)  # may move it to another queue
-            queue = fetched_from if fetched_from and triage is None else str(payload["queue"])
-            if reason is not None:
-                payload.update(dead_reason=reason, died_at=time.time())
-                self._bury(list_key, raw, payload, report, hook=self._failure_hook(payload, reason))
-                continue
-            moved = self.transfer(
-                list_key,
-                "list",
-                raw,
-                payload,
-                self.keys.queue(queue),
-                "front",
-                queue=queue,
-                status="queued",
-            )
-            if moved:
-                report.requeued.append(str(payload["jid"]))
+                payload, reason = triage(raw, payload)
+            if str(payload["queue"]) == queue:  # not sent elsewhere by the triage
+                queue = (queues or {}).get(raw) or queue
+            else:
+                queue = str(payload["queue"])
+            if reason is None:
+                try:
+                    if self.transfer(
+                        list_key,
+                        "list",
+                        raw,
+                        payload,
+                        self.keys.queue(queue),
+                        "front",
+                        queue=queue,
+                        status="queued",
+                    ):
+                        report.requeued.append(str(payload["jid"]))
+                    continue
+                except TargetRefused as refused:
+                    reason = f"could not be requeued: {refused}"
+            payload.update(dead_reason=reason, died_at=time.time())
+            self._bury(list_key, raw, payload, report, hook=self._failure_hook(payload, reason))
         return report
 
     def bury(
-        self, source: str, raw: bytes, reason: str, queue: str | None, *, kind: str = "list"
+        self,
+        source: str,
+        raw: bytes,
+        reason: str,
+        queue: str | None,
+        *,
+        kind: str = "list",
+        entry: dict[str, Any] | None = None,
     ) -> RecoveryReport:
         """Move one entry of ``source`` (a list, or a sorted set with ``kind="zset"``)
-        to the dead set, its raw bytes kept with the reason."""
+        to the dead set with the reason: ``entry`` if given (a payload with its
+        error fields), else its raw bytes kept."""
         report = RecoveryReport()
-        self._bury(source, raw, wire.buried(raw, reason, queue), report, kind)
+        if entry is None:
+            entry = wire.buried(raw, reason, queue)
+        else:
+            entry = {**entry, "dead_reason": reason, "died_at": time.time()}
+        self._bury(source, raw, entry, report, kind)
         return report
 
     def _bury(
@@ -202,19 +249,30 @@ class Recovery:
     ) -> bool:
         """Into the dead set with its unique lock released and ``hook`` pushed, as
         one BURY: a crash in between can no longer leave the lock held or the
-        hook never queued."""
-        moved = self.transfer(
-            source,
-            kind,
-            raw,
-            entry,
-            self.keys.dead,
-            "zset",
-            score=time.time(),
-            status="dead",
-            unlock=self._unique_lock(entry),
-            hook=hook,
-        )
+        hook never queued. A dead set of another type refuses it: it stays in
+        ``source``, logged, and the next recovery of that list meets it again."""
+        try:
+            moved = self.transfer(
+                source,
+                kind,
+                raw,
+                entry,
+                self.keys.dead,
+                "zset",
+                score=time.time(),
+                status="dead",
+                unlock=self._unique_lock(entry),
+                hook=hook,
+            )
+        except TargetRefused as refused:
+            log.error(
+                "jid=%s could not be buried (%s): left in %s; it was to die because: %s",
+                entry.get("jid"),
+                refused,
+                source,
+                entry.get("dead_reason"),
+            )
+            return False
         if moved:
             report.buried.append(str(entry.get("jid")))
             log.error("buried jid=%s: %s", entry.get("jid"), entry.get("dead_reason"))
@@ -359,3 +417,10 @@ class Recovery:
                 len(report.buried),
             )
         return report
+
+
+def _landed(reply: Any, target: str) -> bool:
+    """What TRANSFER or BURY answered: moved or not; a type name is a refusal."""
+    if isinstance(reply, bytes):
+        raise TargetRefused(target, reply.decode(errors="replace"))
+    return bool(reply)

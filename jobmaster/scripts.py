@@ -182,7 +182,7 @@ class Mark(ScriptCall):
 # KEYS[4] failed total, KEYS[5] failed today, KEYS[6] target sorted set
 #   (retry or dead; any key when ARGV[4] is ''), KEYS[7] the job's status key,
 # KEYS[8] the job's attempts list, KEYS[9] its unique lock (any key when
-#   ARGV[12] is ''), KEYS[10] its result key (any key when ARGV[16] is '')
+#   ARGV[12] is ''), KEYS[10] its result key (any key when ARGV[15] is '')
 # ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed, 0 if not,
 #   '-' if it did not run (deferred by middleware: not counted at all),
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
@@ -191,9 +191,8 @@ class Mark(ScriptCall):
 # ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON; '' = none),
 # ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
 # (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend),
-# ARGV[15] '1' when re-sent after a lost reply (see outcome.record),
-# ARGV[16] the job's return value as JSON ('' = none: not complete, or it
-# returned None), ARGV[17] the channel its end is published on ('' = none:
+# ARGV[15] the job's return value as JSON ('' = none: not complete, or it
+# returned None), ARGV[16] the channel its end is published on ('' = none:
 # it has not ended, or status is off). The result shares the status's TTL
 # (the job's result_ttl once it ended): results.py reads them together, and
 # a waiter (subscribed first, then reading) is woken by the message.
@@ -202,27 +201,36 @@ class Mark(ScriptCall):
 # already recorded by the watchdog is in another place (or finished) now,
 # and only the holder of an entry may record its outcome (SPEC §8, "one
 # place at a time"). Recording it anyway left a job both in its queue and
-# in the retry set.
+# in the retry set. That is also all a call re-sent after a lost reply needs
+# (outcome.record): if the first call ran, the entry is gone and the second
+# records nothing.
 # Every value in Redis may be corrupt (SPEC §8): the job is never removed
 # from the in-progress list unless its outcome is stored. The one write its
-# future depends on (ZADD into the retry or dead set) is checked, and on
-# failure (the set's key holds another type) the entry goes back and the
-# script fails: the job stays ours, recorded later or requeued, never lost.
-# The rest cannot stop it: a counter that is not a number (INCR would
-# raise, after the LREM, losing the job) starts over at 1; an attempts list
-# or unique lock of another type is replaced or left. LREM stays the first
-# write: Redis never refuses it under OOM, and a script's later writes are
-# then never refused either (see the module docstring).
-# Returns 1 if the payload was still in the in-progress list, else 0.
+# future depends on (ZADD into the retry or dead set) is checked before
+# anything is written: when that set's key holds another type, nothing is
+# done and its type is returned, and the caller puts the job where it can
+# land (a retry into the dead set, with the reason; a death nowhere: it stays
+# ours, logged). The rest cannot stop it: a counter that is not a number
+# (INCR would raise, after the LREM, losing the job) starts over at 1; an
+# attempts list or unique lock of another type is replaced or left. LREM
+# stays the first write: Redis never refuses it under OOM, and a script's
+# later writes are then never refused either (see the module docstring).
+# With two entries of the same bytes (a producer that retried its LPUSH),
+# each call removes one: each copy is a fetch of its own (running.py).
+# Returns 1 if the payload was still in the in-progress list, else 0; the
+# target's type when it holds another type and the payload is still listed.
 FINISH_BODY = """
+if ARGV[4] ~= '' then
+  local held = redis.call('TYPE', KEYS[6])['ok']
+  if held ~= 'zset' and held ~= 'none' then
+    if redis.call('LPOS', KEYS[1], ARGV[1]) then return held end
+    return 0
+  end
+end
 local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
 if removed == 0 then return 0 end
 if ARGV[4] ~= '' then
-  local added = redis.pcall('ZADD', KEYS[6], ARGV[6], ARGV[5])
-  if type(added) == 'table' and added.err then
-    redis.call('LPUSH', KEYS[1], ARGV[1])
-    return redis.error_reply('outcome not stored (' .. KEYS[6] .. '): ' .. added.err)
-  end
+  redis.call('ZADD', KEYS[6], ARGV[6], ARGV[5])
   if ARGV[4] == 'dead' then
     redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[8])
     redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -tonumber(ARGV[7]) - 1)
@@ -250,8 +258,8 @@ if ARGV[9] ~= '' then
     end
     redis.call('EXPIRE', KEYS[8], ARGV[11])
   end
-  if ARGV[16] ~= '' then redis.call('SET', KEYS[10], ARGV[16], 'EX', ARGV[11]) end
-  if ARGV[17] ~= '' then redis.call('PUBLISH', ARGV[17], ARGV[9]) end
+  if ARGV[15] ~= '' then redis.call('SET', KEYS[10], ARGV[15], 'EX', ARGV[11]) end
+  if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], ARGV[9]) end
 end
 if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
   if ARGV[12] == 'release' then
@@ -290,7 +298,6 @@ class Finish(ScriptCall):
     lock_action: str  # '' | 'release' | 'extend'
     jid: str
     lock_ttl: int
-    resent: bool = False  # re-sent after a lost reply
     result: bytes = b""  # the return value as JSON; b'' = none (results.py)
     ended_channel: str = ""  # published on when the job ended; '' = none
 
@@ -324,7 +331,6 @@ class Finish(ScriptCall):
             self.lock_action,
             self.jid,
             self.lock_ttl,
-            "1" if self.resent else "0",
             self.result,
             self.ended_channel,
         ]
@@ -351,10 +357,20 @@ class Finish(ScriptCall):
 # ttl = status TTL (s), queue_prefix, status_prefix ('' = status off),
 # scheduled = the scheduled set}. Channels are not keys: the wakeup channel
 # is built from its prefix.
+# A queue key that holds another type (forged) would fail the LPUSH after the
+# step's other writes, which Redis keeps: a chain's next step was then in no
+# key at all. Such a job goes to the scheduled set instead, due at once,
+# where the poller buries it with the reason (SPEC §8: it lands somewhere).
 BATCH_FUNCTIONS = """
 local function push_job(via, queue_key, status_key, queue, payload)
+  local held = redis.call('TYPE', queue_key)['ok']
+  if held ~= 'list' and held ~= 'none' then
+    redis.call('ZADD', via.scheduled, 0, payload)
+    if via.status_prefix ~= '' then redis.call('SET', status_key, 'scheduled', 'EX', via.ttl) end
+    return
+  end
   redis.call('LPUSH', queue_key, payload)
-  redis.call('SADD', via.queues, queue)
+  redis.pcall('SADD', via.queues, queue)
   if via.status_prefix ~= '' then redis.call('SET', status_key, 'queued', 'EX', via.ttl) end
   redis.call('PUBLISH', via.wakeup .. queue, 1)
 end
@@ -525,13 +541,13 @@ end
 # last two jobs at once are serialised by Redis). Only the call that removed
 # the payload from the in-progress list moves the workflow: a job requeued
 # from under us (a recovered orphan) runs again and is counted then.
-# KEYS and ARGV as FINISH (KEYS[1..10], ARGV[1..17], the "resent" flag always
-# given), then the workflow part's ``k`` (the last 13 KEYS) and ``a`` (the
-# last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13]) and status TTL
-# (ARGV[11]), which FINISH has already. Counted from the end, so that FINISH
-# may grow without renumbering them. Built by FinishStep: a Finish, then a
-# WorkflowStep.
-# Returns 1 if the payload was still in the in-progress list, else 0.
+# KEYS and ARGV as FINISH (KEYS[1..10], ARGV[1..16], the result and the
+# channel always given), then the workflow part's ``k`` (the last 13 KEYS)
+# and ``a`` (the last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13])
+# and status TTL (ARGV[11]), which FINISH has already. Counted from the end,
+# so that FINISH may grow without renumbering them. Built by FinishStep: a
+# Finish, then a WorkflowStep.
+# Returns as FINISH.
 FINISH_STEP = (
     FINISH_BODY
     + BATCH_FUNCTIONS
@@ -671,6 +687,16 @@ class BatchAdd(ScriptCall):
 # back) or a sorted set, only if it is still in its source. "Only if still
 # there" is what lets two recoverers (or a recoverer and a late ack) race
 # without running a job twice or losing it.
+# It lands the entry or leaves it where it was (SPEC §8): Redis keeps a
+# script's writes made before a command fails, so when the target holds
+# another type (a forged ``SET <ns>:queue:weird x``, and a payload naming
+# that queue) the push must not come after the removal, or the entry is in
+# no key at all. The target's type is checked first, and nothing is written
+# when it is wrong; the caller decides where the entry goes instead
+# (recovery.py: the dead set, with the reason). The set of queue names only
+# lists queues: a forged one is passed over, never a failed move. The removal
+# stays the first write (see the module docstring on OOM): TYPE, LPOS and
+# ZSCORE only read.
 # KEYS[1] source, KEYS[2] target, KEYS[3] set of queue names,
 # KEYS[4] the job's status key (any key when ARGV[10] is '')
 # ARGV[1] source kind 'list' | 'zset', ARGV[2] entry as stored in the source,
@@ -680,8 +706,21 @@ class BatchAdd(ScriptCall):
 # ARGV[7] wakeup channel ('' for none), ARGV[8] sorted set cap (0 = none),
 # ARGV[9] sorted set cutoff score (entries below it go; '-inf' for none),
 # ARGV[10] the job's new status ('' = leave it), ARGV[11] status TTL (s)
-# Returns 1 if moved, 0 if the entry was no longer in the source.
+# Returns 1 if moved, 0 if the entry was no longer in the source, or the
+# target's type ('string', 'hash'...) when it holds another type than the
+# move needs (nothing done; the entry is still in its source).
 TRANSFER_BODY = """
+local held = redis.call('TYPE', KEYS[2])['ok']
+if held ~= 'none' and held ~= (ARGV[4] == 'zset' and 'zset' or 'list') then
+  local there
+  if ARGV[1] == 'list' then
+    there = redis.call('LPOS', KEYS[1], ARGV[2])
+  else
+    there = redis.call('ZSCORE', KEYS[1], ARGV[2])
+  end
+  if not there then return 0 end
+  return held
+end
 local removed
 if ARGV[1] == 'list' then
   removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
@@ -701,7 +740,7 @@ else
   else
     redis.call('LPUSH', KEYS[2], ARGV[3])
   end
-  redis.call('SADD', KEYS[3], ARGV[6])
+  redis.pcall('SADD', KEYS[3], ARGV[6])
   if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], 1) end
 end
 if ARGV[10] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11]) end
@@ -762,19 +801,29 @@ class Transfer(ScriptCall):
 # is published on ('' = none; the message is its status, ARGV[10]): a
 # ``jobmaster.result`` waiting on a poison pill wakes with it (results.py)
 # Returns 1 if moved, 0 if the entry was no longer in the source (then
-# nothing else is done either: whoever moved it owns it).
+# nothing else is done either: whoever moved it owns it), the dead set's type
+# when it holds another type (nothing done, as TRANSFER), or 2 if moved but
+# the hook job's queue holds another type: the hook is not queued (the
+# caller logs it), since a failing push after the burial would fail the
+# script with the burial half done. A forged lock of another type is left.
 BURY_TAIL = """
-if ARGV[12] ~= '' and redis.call('GET', KEYS[5]) == ARGV[12] then
+local buried = 1
+if ARGV[12] ~= '' and redis.pcall('GET', KEYS[5]) == ARGV[12] then
   redis.call('DEL', KEYS[5])
 end
 if ARGV[13] ~= '' then
-  redis.call('LPUSH', KEYS[6], ARGV[13])
-  redis.call('SADD', KEYS[3], ARGV[14])
-  redis.call('PUBLISH', ARGV[15], 1)
+  local hook_queue = redis.call('TYPE', KEYS[6])['ok']
+  if hook_queue == 'list' or hook_queue == 'none' then
+    redis.call('LPUSH', KEYS[6], ARGV[13])
+    redis.pcall('SADD', KEYS[3], ARGV[14])
+    redis.call('PUBLISH', ARGV[15], 1)
+  else
+    buried = 2
+  end
 end
 if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], ARGV[10]) end
 """
-BURY = TRANSFER_BODY + BURY_TAIL + "return 1\n"
+BURY = TRANSFER_BODY + BURY_TAIL + "return buried\n"
 
 
 @dataclass(frozen=True)
@@ -809,7 +858,7 @@ class Bury(ScriptCall):
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
 # TTL, and ARGV[27] the job's jid. Built by BuryStep: a Bury, then a
 # WorkflowStep, then the jid.
-# Returns 1 if moved, 0 if the entry was no longer in the source.
+# Returns as BURY.
 BURY_STEP = (
     TRANSFER_BODY
     + BURY_TAIL
@@ -820,7 +869,7 @@ BURY_STEP = (
 local step_args = {unpack(ARGV, 17, 27)}
 step_args[12] = ARGV[11]
 settle_workflow({unpack(KEYS, 7, 19)}, step_args)
-return 1
+return buried
 """
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import jobmaster
 from tests.jobs import store
@@ -22,6 +23,16 @@ def current(marker: str, fail_first: bool = False) -> None:
     store().rpush(f"test:current:{marker}", json.dumps(seen))
     if fail_first and info is not None and info.attempt == 1:
         raise RuntimeError("the first attempt fails on purpose")
+
+
+@jobmaster.job(name="tests.current_then_sleeps")
+def current_then_sleeps(marker: str, seconds: float) -> None:
+    """Reports its JobInfo; its first run then sleeps ``seconds`` (long enough
+    to be killed or pushed back), the others end at once."""
+    info = jobmaster.current_job()
+    store().rpush(f"test:current:{marker}", json.dumps(dataclasses.asdict(info) if info else None))
+    if info is not None and info.attempt == 1:
+        time.sleep(seconds)
 
 
 def seen(marker: str) -> list[dict[str, object] | None]:

@@ -15,6 +15,7 @@ retried, since no worker could run it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -26,7 +27,7 @@ from jobmaster.api.base import PAGE, Backend, Connection, glob_escape
 from jobmaster.api.records import PEEK_BYTES, SortedEntry
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import JobmasterError
-from jobmaster.recovery import Recovery
+from jobmaster.recovery import Recovery, TargetRefused
 from jobmaster.scripts import Peek
 from jobmaster.tolerant import wrong_type
 
@@ -157,7 +158,8 @@ class JobSet:
     def retry(self, entry: SortedEntry | str) -> bool:
         """Move one entry (or the entry of a jid) to the end of its queue, now.
 
-        False if it was no longer in the set; NotRunnable if it cannot run.
+        False if it was no longer in the set; NotRunnable if it cannot run
+        (its queue's key holds another type, say: it stays where it was).
         """
         found = self._entry(entry)
         if found is None:
@@ -177,7 +179,8 @@ class JobSet:
         moved = 0
         for entry in list(self.filter(job, error)):
             if entry.runnable:
-                moved += self.retry(entry)
+                with contextlib.suppress(NotRunnable):  # it stays: the others still go
+                    moved += self.retry(entry)
         return moved
 
     def retry_all(self) -> int:
@@ -215,22 +218,27 @@ class JobSet:
     ) -> bool:
         """One TRANSFER, the recovery's own (for the dead set, with its caps): a
         batch or chain job killed into the dead set moves its workflow with it
-        (the batch counts the death, the chain stops), as a worker's would."""
+        (the batch counts the death, the chain stops), as a worker's would.
+        NotRunnable, with the entry left where it was, when ``target`` holds
+        another type."""
         backend = self.backend
         recovery = Recovery(
             backend.redis, backend.keys, backend.scripts, self.limits, backend.status_ttl
         )
-        return recovery.transfer(
-            self.key,
-            "zset",
-            entry.raw,
-            payload,
-            target,
-            where,
-            score=score,
-            queue=queue,
-            status=status,
-        )
+        try:
+            return recovery.transfer(
+                self.key,
+                "zset",
+                entry.raw,
+                payload,
+                target,
+                where,
+                score=score,
+                queue=queue,
+                status=status,
+            )
+        except TargetRefused as refused:
+            raise NotRunnable(f"cannot move this entry: {refused}") from None
 
 
 class KillableSet(JobSet):

@@ -326,7 +326,8 @@ class RedisDuties:
             return  # a child that stopped as asked pushed its jobs back itself
         what = [f"{len(report.requeued)} job(s)"]
         if report.buried:
-            what.append(f"{len(report.buried)} poison pill(s) to the dead set")
+            # Poison pills, or jobs their queue refused: each burial's line says why.
+            what.append(f"{len(report.buried)} to the dead set")
         late = time.monotonic() - dead.died_at
         after = f" ({late:.1f}s after its death: Redis did not answer)" if late > LATE else ""
         level = logging.WARNING if report.buried else logging.INFO

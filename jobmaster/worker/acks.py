@@ -9,8 +9,8 @@ then as one pipeline (one round trip); the others find their reply waiting.
 Nothing about a FINISH changes: each is its own script call (atomic on its
 own), its reply goes to the thread that asked, and a connection error fails
 every call of the round trip alike, since any of them may have run: each
-thread's ``record`` then re-sends its own with the "resent" guard, exactly
-as after a lost reply of a single call.
+thread's ``record`` then sends its own again, exactly as after a lost reply
+of a single call (FINISH does nothing once its entry has left the list).
 
 "Working" marks go out here too. FETCH cannot write a fetched job's
 status: its key is named after the jid, inside the payload, and a script

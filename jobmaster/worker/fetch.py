@@ -62,9 +62,12 @@ from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.wakeup import WorkSignal
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Unit:
-    """One fetched job: the payload exactly as stored (to acknowledge it) and its queue."""
+    """One fetched job: the payload exactly as stored (to acknowledge it) and its queue.
+
+    Compared by identity: two entries of the same bytes are two fetches, each
+    claimed and acknowledged on its own (running.py)."""
 
     raw: bytes
     queue: str

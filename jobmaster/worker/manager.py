@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -24,6 +25,7 @@ import redis
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
 from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
+from jobmaster.poison import interrupted
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.cancels import CancelWatch
@@ -155,9 +157,9 @@ class Manager:
     def busy(self) -> int:
         return self.table.busy
 
-    def running(self) -> dict[bytes, Unit]:
-        """A snapshot of the jobs claimed now, by their payload as stored."""
-        return self.table.snapshot()
+    def running(self) -> Counter[bytes]:
+        """How many claims each payload (as stored) has now."""
+        return self.table.claimed()
 
     def give_back(self, unit: Unit) -> None:
         """Return a job fetched after quiet/stop began to the front of its queue.
@@ -214,19 +216,21 @@ class Manager:
         job is back on its queue and its next run records it.
         """
         running = self.table.close()
-        triage = blame(self.table.started_digests()) if blame is not None else None
+        started = self.table.started_digests()
+        # Either way the jobs whose code ran count a run cut short (attempt).
+        triage = blame(started) if blame is not None else interrupted(started)
         self.signal.notify_all()
         if running:
             log.warning(
                 "stopping with %d job(s) still running: pushing them back: %s",
                 len(running),
-                ", ".join(sorted(self._jid(raw) for raw in running)),
+                ", ".join(sorted(self._jid(unit.raw) for unit in running)),
             )
         with self._fetch_lock:  # bounded: a fetch is one round trip
             deadline = time.monotonic() + FETCH_SETTLE
             while self._fetches and time.monotonic() < deadline:
                 self._fetch_lock.wait(0.05)
-        queues = {raw: unit.queue for raw, unit in running.items()}
+        queues = {unit.raw: unit.queue for unit in running}
         deadline = time.monotonic() + PUSH_BACK_ATTEMPTS_FOR
         while True:
             try:

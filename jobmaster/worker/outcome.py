@@ -16,7 +16,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -28,6 +28,7 @@ from jobmaster.backoff import DEFAULT_RETRY, Backoff, retry_delay
 from jobmaster.errors import JobCancelled, Permanent
 from jobmaster.frozen import frozen
 from jobmaster.job_options import JobOptions
+from jobmaster.recovery import TargetRefused
 from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
 from jobmaster.worker import returns
@@ -437,7 +438,8 @@ def run_hook(outcome: Outcome) -> None:
 
 def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") -> bool:
     """Store the outcome and acknowledge the job; True once Redis has it, False
-    if Redis stayed away, or if the job was no longer ours to record.
+    if Redis stayed away, if the job was no longer ours to record, or if the
+    outcome can land nowhere (``_refused``).
 
     The stored payload is encoded once, before the first attempt, so a retry
     after a lost reply writes the same member and cannot duplicate it.
@@ -509,12 +511,16 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") ->
     # did not run: a Redis blocked past our socket timeout (a slow command,
     # DEBUG SLEEP) runs it once it wakes, after we gave up. A second FINISH
     # would then count the job twice and add a second attempt to its history,
-    # so every call after such an error is sent with the "resent" flag and
-    # does nothing unless the payload is still listed. The late call runs
-    # before any resent one: a Redis waking up serves its connections in the
-    # order their data arrived (and a new connection is accepted first), and
-    # a command held by CLIENT PAUSE is dropped with its closed connection.
-    # So the outcome is recorded once, by whichever call removes the payload.
+    # but FINISH does nothing unless the payload is still listed, and the late
+    # call runs before the one sent again: a Redis waking up serves its
+    # connections in the order their data arrived (and a new connection is
+    # accepted first), and a command held by CLIENT PAUSE is dropped with its
+    # closed connection. So the outcome is recorded once, by whichever call
+    # removes the payload; ``resent`` only tells the log which it was. (One
+    # case it cannot tell: two entries of the same bytes, a producer's LPUSH
+    # sent twice, both in this process. A call sent again after a late one
+    # ran takes the other copy's entry: both runs recorded, the other's
+    # thread then records nothing.)
     script = ctx.scripts.finish
     step: WorkflowStep | None = None
     if outcome.workflow is not None:
@@ -534,12 +540,8 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") ->
                 settles=finish.status_key,  # a "working" mark is moot now
             )
         except redis.RedisError as error:
-            if isinstance(error, redis.ConnectionError | redis.TimeoutError) and not resent:
-                # Rebuilt only now: a copy of FINISH's 27 fields for every
-                # job (replace) cost about 9 µs of the worker's CPU per job.
+            if isinstance(error, redis.ConnectionError | redis.TimeoutError):
                 resent = True
-                sent = replace(finish, resent=True)
-                call = sent if step is None else FinishStep(sent, step)
             if time.monotonic() + delay > deadline:
                 log.error(
                     "could not record outcome %s of jid=%s job=%s: %s; it stays in progress "
@@ -554,7 +556,34 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") ->
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
         else:
+            if isinstance(listed, bytes):  # the retry or dead set holds another type
+                return _refused(ctx, raw, outcome, TargetRefused(target, listed.decode()))
             return _recorded(outcome, listed=bool(listed), resent=resent)
+
+
+def _refused(ctx: WorkerContext, raw: bytes, outcome: Outcome, refused: TargetRefused) -> bool:
+    """FINISH wrote nothing: the set the outcome goes to holds another type.
+
+    Retrying would never help, and the self-check would run the job again a
+    minute later, forever. A retry or a deferral goes to the dead set with
+    the reason instead (SPEC §8: it can never land); a death whose dead set
+    is refused stays in our in-progress list, logged, and is found again by
+    the self-check. True if the job left the list (buried).
+    """
+    if outcome.kind is Kind.DEAD or outcome.stored is None:
+        log.error(
+            "could not record outcome %s of jid=%s job=%s: %s; it stays in progress",
+            outcome.kind,
+            outcome.jid,
+            outcome.job,
+            refused,
+            extra={"jid": outcome.jid, "job": outcome.job},
+        )
+        return False
+    what = "retry" if outcome.kind is Kind.RETRY else "deferral"
+    reason = f"its {what} could not be stored: {refused}"
+    report = ctx.recovery.bury(ctx.inprogress_key, raw, reason, None, entry=outcome.stored)
+    return bool(report.buried)
 
 
 def _recorded(outcome: Outcome, *, listed: bool, resent: bool) -> bool:

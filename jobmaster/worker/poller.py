@@ -4,7 +4,11 @@ Each due entry moves with one TRANSFER script (removed from the set and
 pushed to its queue atomically, or not at all), so two pollers on two hosts
 never enqueue it twice. An entry that is not a valid payload is buried in
 the dead set with its raw bytes: left in place it would be due forever and
-be read on every poll.
+be read on every poll. So is one whose queue's key holds another type (a
+forged name in its payload, recovery.py): TRANSFER refuses it whole, where
+it once removed it and then failed to push it. One that cannot reach the
+dead set either stays due, logged, and a page of nothing but such entries
+ends the pass instead of being read again and again.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 
 from jobmaster import payload as wire
 from jobmaster.connection import byte_list
+from jobmaster.recovery import RecoveryReport, TargetRefused
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.loop import run_periodically
 
@@ -48,29 +53,39 @@ class ScheduledPoller(threading.Thread):
         while not self.stop_event.is_set():
             now = time.time()
             due = byte_list(self.ctx.redis.zrangebyscore(zset, "-inf", now, start=0, num=BATCH))
-            for raw in due:
-                moved += self._move(zset, raw, now)
-            if len(due) < BATCH:
+            ends = [self._move(zset, raw, now) for raw in due]
+            moved += ends.count("moved")
+            if len(due) < BATCH or ends.count("stayed") == len(due):
                 break
         return moved
 
-    def _move(self, zset: str, raw: bytes, now: float) -> int:
+    def _move(self, zset: str, raw: bytes, now: float) -> str:
+        """'moved' to its queue, 'buried' in the dead set, or 'stayed': gone
+        already (another poller took it) or it can land nowhere (logged)."""
+        recovery = self.ctx.recovery
         try:
             payload = wire.decode(raw)
         except wire.BadPayload as error:
             reason = f"broken entry in {zset.rsplit(':', 1)[-1]} set: {error}"
-            self.ctx.recovery.bury(zset, raw, reason, None, kind="zset")  # logs it
-            return 0
+            return _buried(recovery.bury(zset, raw, reason, None, kind="zset"))  # logs it
         queue = str(payload["queue"])
         payload["enqueued_at"] = now
-        moved = self.ctx.recovery.transfer(
-            zset,
-            "zset",
-            raw,
-            payload,
-            self.ctx.keys.queue(queue),
-            "back",
-            queue=queue,
-            status="queued",
-        )
-        return int(moved)
+        try:
+            moved = recovery.transfer(
+                zset,
+                "zset",
+                raw,
+                payload,
+                self.ctx.keys.queue(queue),
+                "back",
+                queue=queue,
+                status="queued",
+            )
+        except TargetRefused as refused:
+            reason = f"could not be requeued: {refused}"
+            return _buried(recovery.bury(zset, raw, reason, queue, kind="zset"))
+        return "moved" if moved else "stayed"
+
+
+def _buried(report: RecoveryReport) -> str:
+    return "buried" if report.buried else "stayed"

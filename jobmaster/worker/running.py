@@ -23,12 +23,20 @@ act:
   racing a record leaves the job in one place whichever lands first.
 - finished: the thread is done with the job, counted for max_jobs_per_child
   (``spent`` once this process has done its ``max_jobs``).
+
+Claims are kept by fetch (the ``Unit`` object), not by the payload's bytes.
+Two entries of the same bytes (a producer that retried its LPUSH, SPEC §4)
+are two fetches: keyed by bytes, the second claim overwrote the first, its
+thread was told the job was no longer ours, and one copy stayed in the
+in-progress list until the self-check ran it a third time. Each copy's
+FINISH removes one entry (LREM count 1), whichever it is.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from jobmaster.poison import SUSPECT
@@ -60,8 +68,8 @@ class RunningTable:
         self.stopping = stopping
         self.slots = slots
         self._lock = threading.Condition()
-        self._claimed: dict[bytes, Unit] = {}
-        self._taken: set[bytes] = set()  # claimed, but no longer ours to record
+        self._claimed: set[Unit] = set()  # by fetch: Unit compares by identity
+        self._taken: set[Unit] = set()  # claimed, but no longer ours to record
         self._started: dict[int, bytes] = {}  # thread slot -> payload, job code running
         self._alone_waiting = 0
         self._alone_running = False
@@ -97,7 +105,7 @@ class RunningTable:
             self.fetching.set()
             return True
 
-    def close(self) -> dict[bytes, Unit]:
+    def close(self) -> list[Unit]:
         """A stop: claim nothing more, and take every claimed job from its thread
         (it is about to be pushed back). Returns those jobs."""
         with self._lock:
@@ -105,7 +113,7 @@ class RunningTable:
             self.stopping.set()
             self._taken.update(self._claimed)
             self._lock.notify_all()  # threads waiting to start a job give up
-            return dict(self._claimed)
+            return list(self._claimed)
 
     # -- one job's way -------------------------------------------------------
     def claim(self, unit: Unit) -> bool:
@@ -113,7 +121,7 @@ class RunningTable:
         with self._lock:
             if not self.fetching.is_set() or self.stopping.is_set():
                 return False
-            self._claimed[unit.raw] = unit
+            self._claimed.add(unit)
             return True
 
     def start(self, unit: Unit, slot: int) -> bool:
@@ -131,7 +139,7 @@ class RunningTable:
             else:
                 while (self._alone_running or self._alone_waiting) and not self.stopping.is_set():
                     self._lock.wait(0.5)
-            if unit.raw in self._taken:
+            if unit in self._taken:
                 return False
             self._alone_running = self._alone_running or alone
             self._started[slot] = unit.raw
@@ -150,21 +158,22 @@ class RunningTable:
 
     def may_record(self, unit: Unit) -> bool:
         with self._lock:
-            return unit.raw in self._claimed and unit.raw not in self._taken
+            return unit in self._claimed and unit not in self._taken
 
     def abandon(self, unit: Unit) -> None:
         """The watchdog records a stuck job itself: its thread must not."""
         with self._lock:
-            if unit.raw in self._claimed:
-                self._taken.add(unit.raw)
+            if unit in self._claimed:
+                self._taken.add(unit)
         self.finished(unit)
 
     def finished(self, unit: Unit) -> bool:
         """The thread is done with the job; True the first time (it counts)."""
         with self._lock:
-            if self._claimed.pop(unit.raw, None) is None:
+            if unit not in self._claimed:
                 return False  # abandoned earlier: already counted
-            self._taken.discard(unit.raw)
+            self._claimed.discard(unit)
+            self._taken.discard(unit)
             self.completed += 1
             self._lock.notify_all()
             return True
@@ -179,9 +188,10 @@ class RunningTable:
     def busy(self) -> int:
         return len(self._claimed)
 
-    def snapshot(self) -> dict[bytes, Unit]:
+    def claimed(self) -> Counter[bytes]:
+        """How many claims each payload has now (two for two copies of one)."""
         with self._lock:
-            return dict(self._claimed)
+            return Counter(unit.raw for unit in self._claimed)
 
     def started_digests(self) -> tuple[bytes, ...]:
         """The jobs whose code runs now, as the started slots name them."""

@@ -5,12 +5,15 @@ longer than the outcome's retries): the job ran, but it is still listed.
 Waiting for a restart to requeue it could take days; this check requeues it
 within a minute. An entry must be unclaimed in two checks in a row, because
 a fetch that just returned may not have reached the running table yet.
+Entries are counted, not only named: of two entries of the same bytes (a
+producer that retried its LPUSH), one may be claimed and the other not.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 
 from jobmaster.connection import byte_list
 from jobmaster.worker.context import WorkerContext
@@ -35,7 +38,7 @@ class SelfCheck(threading.Thread):
         self.manager = manager
         self.stop_event = stop
         self.interval = interval
-        self.suspects: set[bytes] = set()
+        self.suspects: Counter[bytes] = Counter()  # unclaimed copies at the last check
 
     def run(self) -> None:
         # Nothing can be unclaimed at start: the first check is one interval in.
@@ -44,13 +47,13 @@ class SelfCheck(threading.Thread):
         )
 
     def step(self) -> float:
-        listed = byte_list(self.ctx.redis.lrange(self.ctx.inprogress_key, 0, -1))
+        listed = Counter(byte_list(self.ctx.redis.lrange(self.ctx.inprogress_key, 0, -1)))
         running = self.manager.running()  # read after the list: see the module docstring
-        unclaimed = {raw for raw in listed if raw not in running}
-        confirmed = unclaimed & self.suspects
+        unclaimed = listed - running
+        confirmed = unclaimed & self.suspects  # unclaimed in both checks
         self.suspects = unclaimed - confirmed
         if confirmed and not self.ctx.stopping.is_set():
-            report = self.ctx.recovery.requeue(self.ctx.inprogress_key, confirmed)
+            report = self.ctx.recovery.requeue(self.ctx.inprogress_key, confirmed.elements())
             log.warning(
                 "requeued %d in-progress job(s) that no thread was running: %s",
                 len(report.requeued),

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -16,11 +16,15 @@ import jobmaster
 from jobmaster import testing
 from jobmaster.api import Stats
 from jobmaster.client import Client
+from jobmaster.config import Config
 from jobmaster.keys import Keys
+from jobmaster.worker.process import WorkerProcess
 from tests import current_jobs, jobs
+from tests.helpers import wait_until
 
 K = Keys()
 pytestmark = pytest.mark.timeout(60)
+StartWorker = Callable[[Config], WorkerProcess]
 
 
 @pytest.fixture(autouse=True)
@@ -130,3 +134,18 @@ def test_an_expired_unique_job_frees_its_lock(client: Client, store: redis.Redis
     assert testing.work() == Counter(expired=1)
     assert store.keys(f"{K.prefix}unique:*") == []
     assert jobs.unique_exec.enqueue("u") is not None
+
+
+def test_attempt_counts_a_run_pushed_back_by_a_stop(
+    make_config: Callable[..., Config], running_worker: StartWorker, client: Client
+) -> None:
+    """SPEC §11: attempt is 1 on the first run, and counts runs. A stop's
+    push-back while the job ran did not move it: the next run said 1 again."""
+    current_jobs.current_then_sleeps.enqueue("pushed back", 30)
+    first = running_worker(make_config(concurrency=1, app=["tests.current_jobs"]))
+    wait_until(lambda: len(current_jobs.seen("pushed back")) == 1, timeout=10)
+    assert len(first.stop(timeout=0.2).requeued) == 1
+    running_worker(make_config(concurrency=1, app=["tests.current_jobs"]))
+    wait_until(lambda: len(current_jobs.seen("pushed back")) == 2, timeout=10)
+    attempts = [info["attempt"] for info in current_jobs.seen("pushed back") if info]
+    assert attempts == [1, 2]

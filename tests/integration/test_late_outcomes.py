@@ -169,11 +169,13 @@ def test_an_outcome_that_cannot_be_stored_leaves_the_job_held_not_lost(
     store: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The retry set's key holds a string: the ZADD fails, and the entry stays
-    in the in-progress list (recorded later, or requeued by the self-check)."""
+    """The retry set's key holds a string, and so does the dead set's (where a
+    retry that cannot land goes: test_moves.py): nothing is written, and the
+    entry stays in the in-progress list (requeued by the self-check)."""
     from jobmaster.worker import outcome as outcomes
 
     store.set(K.retry, "not a sorted set")
+    store.set(K.dead, "not a sorted set either")
     worker = WorkerProcess(make_config(concurrency=1))
     client.push({"job": "tests.fails", "args": ["unstorable"]})
     [unit] = worker.manager.fetcher.fetch_many(1)

@@ -43,6 +43,16 @@ heartbeat that expires, a beat, orphan recovery, the scheduled/retry
 poller on a fake clock, an operator's kill, retry and delete, and
 ``jobmaster.cancel`` of any job.
 
+And keys that refuse a move (SPEC §8: a move lands its entry or leaves it
+where it was): a job whose payload names a queue whose key holds a string
+(``"queue": "weird"``, pushed by hand onto a served queue) is buried with the
+reason wherever a move takes it to its queue (a requeue, a push-back, the
+poller, an operator's retry refused); and the dead set itself can be made a
+string for a while, during which every burial, and every death recorded by
+FINISH, leaves its entry where it was. And duplicate entries: the same bytes
+pushed twice (a producer that retried its LPUSH) are two copies, each in one
+place, each fetched, requeued and finished on its own (``Model.copies``).
+
 A bounded run is part of the suite. The long run, by hand::
 
     JOBMASTER_LONG_STATEFUL=1 .venv/bin/pytest -q -p no:cacheprovider \\
@@ -80,7 +90,7 @@ from hypothesis.stateful import (
 
 from jobmaster import payload as wire
 from jobmaster.api.cancels import Canceller
-from jobmaster.api.sorted_sets import DeadSet, RetrySet, ScheduledSet
+from jobmaster.api.sorted_sets import DeadSet, NotRunnable, RetrySet, ScheduledSet
 from jobmaster.client import Client
 from jobmaster.config import load_config
 from jobmaster.deadset import DeadSetLimits
@@ -88,7 +98,7 @@ from jobmaster.errors import Permanent
 from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.poison import crash_triage
-from jobmaster.recovery import Recovery
+from jobmaster.recovery import Recovery, RecoveryReport
 from jobmaster.scripts import Scripts
 from jobmaster.slots import digest
 from jobmaster.worker import poller
@@ -104,6 +114,9 @@ WORKERS = 3  # worker processes alive at any moment; a halt or a death replaces 
 MAX_CRASHES = 2  # so that a poison pill is buried within a few steps
 JOB = "tests.record"  # registered, no on_failure hook: a burial pushes no hook job
 TIE = 1e-3  # added per score, so that no two entries of a set are due at the same time
+FORGED = "weird"  # a queue whose key holds a string: forged payloads name it
+SAVED_DEAD = "one-place:dead-set-saved"  # the dead set's entries while its key is forged
+SECOND = "#2"  # the model's name of a duplicate's second copy: <jid>#2
 
 LONG = os.environ.get("JOBMASTER_LONG_STATEFUL", "")
 LONG_EXAMPLES = (int(LONG) if LONG.isdigit() and int(LONG) > 1 else 5000) if LONG else 0
@@ -200,6 +213,12 @@ class Model:
     failed: int = 0
     registered: set[str] = field(default_factory=set)  # in the processes set
     beating: set[str] = field(default_factory=set)  # heartbeat key present
+    dead_forged: bool = False  # the dead set's key holds a string: no burial lands
+    twins: set[str] = field(default_factory=set)  # jids pushed twice (ids: jid, jid#2)
+
+    def copies(self, jid: str) -> list[str]:
+        """The model's ids of ``jid``'s entries: itself, and its second copy."""
+        return [jid, jid + SECOND] if jid in self.twins else [jid]
 
     def where(self, jid: str) -> str | None:
         """The one place of ``jid``; None when finished or deleted (nowhere)."""
@@ -216,17 +235,38 @@ class Model:
             return "dead"
         return None
 
-    def to_front(self, jid: str) -> None:
-        """Pushed back or requeued: next to be fetched from its queue."""
-        self.queues[self.home[jid]].insert(0, jid)
+    def to_front(self, jid: str) -> str:
+        """Pushed back or requeued: next to be fetched from its queue (see ``lands``)."""
+        return self.lands(jid, front=True)
 
-    def to_back(self, jid: str) -> None:
+    def to_back(self, jid: str) -> str:
         """Pushed, polled or retried: behind every job waiting in its queue."""
-        self.queues[self.home[jid]].append(jid)
+        return self.lands(jid, front=False)
+
+    def lands(self, jid: str, *, front: bool) -> str:
+        """'queue'; or 'dead' when its queue's key refuses it (buried with the
+        reason); or 'stays' when the dead set refuses it too."""
+        queue = self.queues.get(self.home[jid])
+        if queue is not None:
+            queue.insert(0, jid) if front else queue.append(jid)
+            return "queue"
+        return self.buried(jid)
+
+    def buried(self, jid: str) -> str:
+        """'dead', or 'stays' where it was while the dead set's key is forged."""
+        if self.dead_forged:
+            return "stays"
+        self.dead.add(jid)
+        return "dead"
 
 
 def jid_of(raw: bytes) -> str:
     return str(wire.decode(raw)["jid"])
+
+
+def real(jid: str) -> str:
+    """The jid of a model id (a duplicate's second copy is <jid>#2)."""
+    return jid.removesuffix(SECOND)
 
 
 class OnePlace(RuleBasedStateMachine):
@@ -240,6 +280,7 @@ class OnePlace(RuleBasedStateMachine):
         super().__init__()
         REACHED["examples"] += 1
         store.flushall()
+        store.set(K.queue(FORGED), "forged")  # a queue key that refuses every move to it
         self.url, self.redis = url, store
         self.client = Client(connection=store)
         # The master's recovery, as master.py builds it.
@@ -304,6 +345,45 @@ class OnePlace(RuleBasedStateMachine):
             model.scheduled[jid] = at
         return jid
 
+    @rule(queue=st.sampled_from(QUEUES), twice=st.booleans())
+    def push_by_hand(self, queue: str, twice: bool) -> None:
+        """A producer in another language LPUSHes onto ``queue``: with ``twice``,
+        the same bytes two times (it retried after a lost reply), else a payload
+        whose ``queue`` names FORGED, a key holding a string (a forged name:
+        every move to its queue is refused, and it is buried instead)."""
+        payload = wire.build(JOB, ["by hand"], {}, queue=queue if twice else FORGED)
+        payload.update(retry=1, enqueued_at=time.time())
+        raw = wire.encode(payload)
+        jid, model = str(payload["jid"]), self.model
+        self.redis.lpush(K.queue(queue), *([raw] * (2 if twice else 1)))
+        self.redis.set(K.status(jid), "queued")
+        model.pushed.append(jid)
+        model.retry_limit[jid] = 1
+        for copy in [jid, jid + SECOND] if twice else [jid]:
+            model.home[copy], model.retry_limit[copy] = queue if twice else FORGED, 1
+            model.queues[queue].append(copy)
+        if twice:
+            model.twins.add(jid)
+        REACHED["push twice" if twice else "push naming a forged queue"] += 1
+
+    @rule(forged=st.booleans())
+    def forge_the_dead_set(self, forged: bool) -> None:
+        """The dead set's key holds a string for a while (its entries kept aside),
+        or is itself again: meanwhile no burial lands, and its entry stays."""
+        model = self.model
+        if forged == model.dead_forged:
+            return
+        if forged:
+            if self.redis.exists(K.dead):
+                self.redis.rename(K.dead, SAVED_DEAD)
+            self.redis.set(K.dead, "forged")
+        else:
+            self.redis.delete(K.dead)
+            if self.redis.exists(SAVED_DEAD):
+                self.redis.rename(SAVED_DEAD, K.dead)
+        model.dead_forged = forged
+        REACHED["dead set forged" if forged else "dead set restored"] += 1
+
     # -- a worker's threads ---------------------------------------------------
     @rule(target=units, slot=slots, count=st.integers(1, 3))
     def fetch(self, slot: int, count: int) -> object:
@@ -313,12 +393,12 @@ class OnePlace(RuleBasedStateMachine):
             while len(expected) < count and model.queues[queue]:
                 expected.append((model.queues[queue].pop(0), queue))
         fetched = worker.fetcher.fetch_many(count)
-        assert [(jid_of(unit.raw), unit.queue) for unit in fetched] == expected
+        got = [(jid_of(unit.raw), unit.queue) for unit in fetched]
+        assert got == [(real(jid), queue) for jid, queue in expected]
         REACHED[f"fetch of {len(fetched)}"] += 1
         entries = model.inprogress.setdefault(worker.name, [])
         held = []
-        for unit in fetched:
-            jid = jid_of(unit.raw)
+        for unit, (jid, _) in zip(fetched, expected, strict=True):
             payload = wire.decode(unit.raw)
             # The marks the rules put on a payload travel with it.
             assert payload.get("retry_count", 0) == model.failures[jid], "retry_count"
@@ -341,6 +421,12 @@ class OnePlace(RuleBasedStateMachine):
         model = self.model
         payload = wire.decode(unit.raw)
         delay = backoff + self._tie()
+        if real(unit.jid) in model.twins:
+            # Two copies failing at one fake moment store the same bytes in the
+            # retry set (one member: sets merge them). That is no loss (each
+            # copy ran, one retry is left) but it is not two places either; so
+            # the copies of a duplicate only succeed here.
+            how = "done"
         if how == "done":
             outcome, kind = succeeded(payload), "done"
         else:
@@ -350,14 +436,20 @@ class OnePlace(RuleBasedStateMachine):
             kind = "dead" if how == "permanent" or exhausted else "retry"
         assert outcome.kind == kind
         entries = model.inprogress.get(unit.worker.name, [])
-        holds = (unit.raw, unit.jid) in entries
+        # Held while an entry of its bytes is listed: FINISH removes the first
+        # one (LREM count 1), whichever copy of a duplicate that is.
+        held = next((entry for entry in entries if entry[0] == unit.raw), None)
+        lands = held is not None and not (kind == "dead" and model.dead_forged)
         recorded = record(unit.worker.ctx, unit.raw, outcome)
-        self.answers.append((f"{how} of {unit!r}", recorded, holds))
-        REACHED[f"finish {kind}" + ("" if holds else ": late, not recorded")] += 1
-        if holds:
-            entries.remove((unit.raw, unit.jid))
-            self._recorded(unit.jid, outcome, delay)
-        if twice:
+        self.answers.append((f"{how} of {unit!r}", recorded, lands))
+        late = "" if held else ": late, not recorded"
+        REACHED[f"finish {kind}" + (late if lands or not held else ": dead set forged, stays")] += 1
+        if held is not None and lands:
+            entries.remove(held)
+            self._recorded(held[1], outcome, delay)
+        if twice and not any(entry[0] == unit.raw for entry in entries):
+            # (Its other copy still listed here would be taken: the running
+            # table, not FINISH, keeps one thread from recording twice.)
             again = record(unit.worker.ctx, unit.raw, outcome)
             self.answers.append((f"second {how} of {unit!r}", again, False))
 
@@ -372,7 +464,7 @@ class OnePlace(RuleBasedStateMachine):
         if outcome.kind == "retry":
             model.retry[jid] = self.now + delay
         else:
-            model.dead.add(jid)
+            assert model.buried(jid) == "dead"
 
     # -- stops, deaths and recoveries -----------------------------------------
     def _holding(self) -> bool:
@@ -387,6 +479,27 @@ class OnePlace(RuleBasedStateMachine):
             if self.model.inprogress.get(self.workers[s].name)
         )
 
+    def _requeue(self, identity: str, report: RecoveryReport) -> str:
+        """The model of requeueing ``identity``'s list to its queues' fronts (no
+        blame): each entry requeued, buried (its queue refused it) or left in the
+        list (the dead set refused it too); checked against ``report``. Returns
+        a word for REACHED."""
+        model, moved = self.model, defaultdict(list)
+        for raw, jid in model.inprogress.pop(identity, []):
+            moved[model.to_front(jid)].append((raw, jid))
+        assert report.requeued == [real(jid) for _, jid in moved["queue"]]
+        assert report.buried == [real(jid) for _, jid in moved["dead"]]
+        self._left(identity, moved["stays"])
+        return "stays" if moved["stays"] else "buried" if moved["dead"] else ""
+
+    def _left(self, identity: str, entries: list[tuple[bytes, str]]) -> None:
+        """What stayed in a list no process will run: it stays registered (it is
+        forgotten only once empty), for the orphan scans to meet again."""
+        if entries:
+            self.model.inprogress[identity] = entries
+        else:
+            self.model.registered.discard(identity)
+
     @precondition(_holding)
     @rule(slot=slots)
     def halt(self, slot: int) -> None:
@@ -398,13 +511,9 @@ class OnePlace(RuleBasedStateMachine):
         entries = self.redis.lrange(worker.ctx.inprogress_key, 0, -1)
         report = worker.ctx.recovery.requeue(worker.ctx.inprogress_key, entries)
         worker.heartbeat.clear()
-        expected = [jid for _, jid in model.inprogress.pop(worker.name, [])]
-        for jid in expected:
-            model.to_front(jid)
-        assert report.requeued == expected
-        assert not report.buried
-        REACHED[f"halt pushing back {min(len(expected), 3)}{'+' * (len(expected) > 3)}"] += 1
-        model.registered.discard(worker.name)
+        count = len(model.inprogress.get(worker.name, []))
+        what = self._requeue(worker.name, report)
+        REACHED[f"halt pushing back {min(count, 3)}{'+' * (count > 3)} {what}".rstrip()] += 1
         model.beating.discard(worker.name)
         self.workers[slot] = self._start(slot)
 
@@ -428,25 +537,26 @@ class OnePlace(RuleBasedStateMachine):
         report = self.master.requeue_all(worker.name, triage=triage)
         self.redis.delete(K.heartbeat(worker.name))
         self.master.forget(worker.name)
-        requeued, buried = [], []
+        requeued, buried, stays = [], [], []
         for raw, jid in entries:
-            if running is not None and (raw, jid) not in running:
-                pass  # fetched, not started: not to blame
-            elif running is not None and len(running) > 1:
+            # By digest, as the triage does: the copies of a duplicate share one.
+            ran = running is None or digest(raw) in (digests or ())
+            beside = ran and running is not None and len(running) > 1
+            crashes = model.crashes[jid] + (ran and not beside)
+            # A poison pill is buried; the others requeued (or buried: a queue refused).
+            where = model.buried(jid) if crashes >= MAX_CRASHES else model.to_front(jid)
+            if where == "stays":  # nothing written: its entry is as it was
+                stays.append((raw, jid))
+                continue
+            model.crashes[jid] = crashes
+            if beside:
                 model.suspects.add(jid)  # ran beside others: not counted
-            else:
-                model.crashes[jid] += 1
-                if model.crashes[jid] >= MAX_CRASHES:
-                    model.dead.add(jid)
-                    buried.append(jid)
-                    continue
-            model.to_front(jid)
-            requeued.append(jid)
+            (requeued if where == "queue" else buried).append(real(jid))
         assert (report.requeued, report.buried) == (requeued, buried)
         alone = running is not None and len(running) > 1
         what = "suspects" if alone else f"{len(buried)} buried" if buried else "no burial"
-        REACHED[f"child dies, started {started}: {what}"] += 1
-        model.registered.discard(worker.name)
+        REACHED[f"child dies, started {started}: {what}" + (", some stay" if stays else "")] += 1
+        self._left(worker.name, stays)
         model.beating.discard(worker.name)
         self.workers[slot] = self._start(slot)
 
@@ -474,12 +584,9 @@ class OnePlace(RuleBasedStateMachine):
         assert set(reports) == orphans
         # No rule orders the orphans: they are requeued as Redis lists its set.
         for identity, report in reports.items():
-            expected = [jid for _, jid in model.inprogress.pop(identity, [])]
-            for jid in expected:
-                model.to_front(jid)
-            assert report.requeued == expected
-            model.registered.discard(identity)
-            REACHED["orphan recovered" + ("" if expected else ", its list empty")] += 1
+            empty = not model.inprogress.get(identity)
+            what = self._requeue(identity, report)
+            REACHED["orphan recovered" + (", its list empty" if empty else f" {what}")] += 1
 
     # -- the scheduled and retry sets ----------------------------------------
     @precondition(lambda self: self.model.scheduled or self.model.retry)
@@ -492,11 +599,12 @@ class OnePlace(RuleBasedStateMachine):
             self.workers[0].poller.step()
         for members in (model.scheduled, model.retry):  # the order step() polls them in
             for _, jid in sorted((due, jid) for jid, due in members.items() if due <= now):
-                del members[jid]
-                model.to_back(jid)
-                REACHED[
-                    "poller moved from " + ("scheduled" if members is model.scheduled else "retry")
-                ] += 1
+                where = model.to_back(jid)
+                if where != "stays":
+                    del members[jid]
+                source = "scheduled" if members is model.scheduled else "retry"
+                landed = "" if where == "queue" else f": {where}"
+                REACHED[f"poller moved from {source}{landed}"] += 1
 
     @rule(
         move=st.sampled_from(
@@ -514,18 +622,29 @@ class OnePlace(RuleBasedStateMachine):
         (nothing is done: the move is made only if the entry is still there)."""
         kind, action = move
         model = self.model
+        if kind == "dead" and model.dead_forged:
+            REACHED["operator: the dead set is forged"] += 1
+            return  # (the operator's tools cannot read a string as a set)
         if kind == "dead":  # in the order they were pushed: jids are random
-            listed = [jid for jid in model.pushed if jid in model.dead]
+            # (not a duplicate's copies: found by jid, which one is not said)
+            listed = [jid for jid in model.pushed if jid in model.dead - model.twins]
         else:
             due = model.scheduled if kind == "scheduled" else model.retry
             listed = sorted(due, key=due.__getitem__)
         jid = listed[pick % len(listed)] if listed else other
         there = jid in listed
+        api = {"scheduled": ScheduledSet, "retry": RetrySet, "dead": DeadSet}[kind](self.client)
+        refused = action == "kill" and model.dead_forged
+        refused |= action == "retry" and model.home[jid] not in model.queues
+        if there and refused:  # its target key refuses it: it stays, and the operator is told
+            with pytest.raises(NotRunnable, match="holds a string"):
+                getattr(api, action)(jid)
+            REACHED[f"operator {action} from {kind}: refused"] += 1
+            return
         if there and kind == "dead":
             model.dead.remove(jid)
         elif there:
             del due[jid]
-        api = {"scheduled": ScheduledSet, "retry": RetrySet, "dead": DeadSet}[kind](self.client)
         if action == "kill":
             assert isinstance(api, ScheduledSet | RetrySet)
             assert api.kill(jid) == there
@@ -576,7 +695,8 @@ class OnePlace(RuleBasedStateMachine):
         in order (queues: next to be fetched first; lists: newest first)."""
         found: dict[str, list[str]] = defaultdict(list)
         order: dict[str, list[bytes]] = {}
-        for name in sorted({*QUEUES, *(q.decode() for q in self.redis.smembers(K.queues))}):
+        named = {*QUEUES, *(q.decode() for q in self.redis.smembers(K.queues))} - {FORGED}
+        for name in sorted(named):
             entries = self.redis.lrange(K.queue(name), 0, -1)[::-1]  # fetched from the right
             order[f"queue {name}"] = entries
         for key in sorted(self.redis.scan_iter(match=K.inprogress("*"), count=1000)):
@@ -585,10 +705,15 @@ class OnePlace(RuleBasedStateMachine):
         for place, entries in order.items():
             for raw in entries:
                 found[jid_of(raw)].append(place)
-        for kind in ("scheduled", "retry", "dead"):
-            for raw in self.redis.zrange(getattr(K, kind), 0, -1):
+        for kind, key in self._sets().items():
+            for raw in self.redis.zrange(key, 0, -1):
                 found[jid_of(raw)].append(kind)
         return found, order
+
+    def _sets(self) -> dict[str, str]:
+        """The sorted sets' keys (the dead set's entries are aside while it is forged)."""
+        dead = SAVED_DEAD if self.model.dead_forged else K.dead
+        return {"scheduled": K.scheduled, "retry": K.retry, "dead": dead}
 
     @invariant()
     def one_place_at_a_time(self) -> None:
@@ -616,17 +741,19 @@ class OnePlace(RuleBasedStateMachine):
         strangers = set(found) - set(model.pushed)
         assert not strangers, f"jobs nobody pushed: {sorted(strangers)}"
         for jid in model.pushed:
-            places, where = self._named(found.get(jid, [])), model.where(jid)
-            if where is None:
+            places = sorted(self._named(found.get(jid, [])))
+            wheres = [w for w in map(model.where, model.copies(jid)) if w is not None]
+            if not wheres:
                 gone = "finished" if jid in model.finished else "deleted or cancelled"
                 assert not places, f"{jid} is {gone}, yet still in {places}"
-            else:
-                expected = self._named([where])
+            else:  # one place for each copy (two for a job pushed twice)
+                expected = sorted(self._named(wheres))
                 lost = "no place: lost"
                 assert places == expected, f"{jid} should be in {expected}, is in {places or lost}"
         # Then the order and the scores: what each place holds, as predicted.
         for name, jids in model.queues.items():
-            assert [jid_of(raw) for raw in order[f"queue {name}"]] == jids, f"queue {name}"
+            queued = [jid_of(raw) for raw in order[f"queue {name}"]]
+            assert queued == [real(jid) for jid in jids], f"queue {name}"
         for place, entries in order.items():
             if place.startswith("in progress of "):
                 identity = place.removeprefix("in progress of ")
@@ -635,8 +762,8 @@ class OnePlace(RuleBasedStateMachine):
             scored = self.redis.zrange(getattr(K, kind), 0, -1, withscores=True)
             members = model.scheduled if kind == "scheduled" else model.retry
             assert {jid_of(raw): score for raw, score in scored} == members, kind
-        dead = {jid_of(raw) for raw in self.redis.zrange(K.dead, 0, -1)}
-        assert dead == model.dead, "dead"
+        dead = {jid_of(raw) for raw in self.redis.zrange(self._sets()["dead"], 0, -1)}
+        assert dead == {real(jid) for jid in model.dead}, "dead"
         # The orphan scan finds a list only through its owner's registration.
         registered = {member.decode() for member in self.redis.smembers(K.processes)}
         assert registered == model.registered, "registered processes"
@@ -645,7 +772,8 @@ class OnePlace(RuleBasedStateMachine):
         model = self.model
         counters = [int(self.redis.get(K.stat(n)) or 0) for n in ("processed", "failed")]
         assert counters == [model.processed, model.failed], "stat:processed, stat:failed"
-        alive = [jid for jid in model.pushed if jid not in model.deleted]
+        # (a duplicate's two copies share one status: the last one written)
+        alive = [jid for jid in model.pushed if jid not in model.deleted | model.twins]
         statuses = self.redis.mget([K.status(jid) for jid in alive]) if alive else []
         for jid, status in zip(alive, statuses, strict=True):
             place = model.where(jid) or ("cancelled" if jid in model.cancelled else "finished")

@@ -219,26 +219,32 @@ def test_a_short_job_finishes_during_a_graceful_stop(
     assert store.llen(K.queue("default")) == 0
 
 
+@pytest.mark.parametrize("copies", [1, 2])
 def test_self_check_requeues_an_entry_no_thread_is_running(
     make_config: Callable[..., Config],
     running_worker: StartWorker,
     client: Client,
     store: redis.Redis,
+    copies: int,
 ) -> None:
+    """With ``copies`` 2, the same bytes twice (a producer that retried its
+    LPUSH): the check took them as one entry and requeued one copy."""
     worker = running_worker(make_config())
-    worker.manager.quiet()  # nothing fetched meanwhile: the entry below stays unclaimed
+    worker.manager.quiet()  # nothing fetched meanwhile: the entries below stay unclaimed
     payload = wire.build("tests.record", ["stuck"], {}, queue="default")
     jid = payload["jid"]
-    store.lpush(worker.ctx.inprogress_key, wire.encode(payload))  # as if its ack had failed
+    raw = wire.encode(payload)
+    store.lpush(worker.ctx.inprogress_key, *[raw] * copies)  # as if its ack had failed
     worker.selfcheck.step()
-    assert store.llen(worker.ctx.inprogress_key) == 1  # suspect once: not yet moved
+    assert store.llen(worker.ctx.inprogress_key) == copies  # suspect once: not yet moved
     worker.selfcheck.step()
     # Back on its queue (a thread that was already fetching as quiet began may
     # take it and give it back: wait for it to settle there).
     wait_until(
         lambda: (
             store.llen(worker.ctx.inprogress_key) == 0
-            and [json.loads(raw)["jid"] for raw in store.lrange(K.queue("default"), 0, -1)] == [jid]
+            and [json.loads(r)["jid"] for r in store.lrange(K.queue("default"), 0, -1)]
+            == [jid] * copies
         ),
         timeout=5,
     )

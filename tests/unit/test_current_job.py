@@ -40,6 +40,21 @@ def test_attempt_is_the_retries_made_plus_one_and_a_forged_count_reads_as_none(
     assert JobInfo.of(payload(**fields)).attempt == attempt
 
 
+@pytest.mark.parametrize(
+    ("retry_count", "interrupted_count", "attempt"),
+    [(None, 1, 2), (2, 1, 4), (0, 3, 4), (1, "2", 2), (1, -1, 2), (None, True, 1)],
+)
+def test_attempt_counts_runs_cut_short_too(
+    retry_count: object, interrupted_count: object, attempt: int
+) -> None:
+    """A crash or a stop's push-back while the job ran is a run: SPEC §11's
+    attempt counts runs (a forged count reads as none)."""
+    fields = {"interrupted_count": interrupted_count}
+    if retry_count is not None:
+        fields["retry_count"] = retry_count
+    assert JobInfo.of(payload(**fields)).attempt == attempt
+
+
 @pytest.mark.parametrize("value", [None, "yesterday", float("nan"), True])
 def test_a_missing_or_forged_enqueued_at_reads_as_none(value: object) -> None:
     assert JobInfo.of(payload(enqueued_at=value)).enqueued_at is None

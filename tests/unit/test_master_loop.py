@@ -1135,7 +1135,13 @@ def test_a_crash_blames_only_the_jobs_its_child_had_started(harness: Harness) ->
     assert "crash_count" not in fetched and "crash_suspect" not in fetched
 
     suspect, reason = beside(b"beside-1", {"jid": "b", "crash_count": 2, "queue": "default"})
-    assert suspect == {"jid": "b", "crash_count": 2, "queue": "default", "crash_suspect": True}
+    assert suspect == {
+        "jid": "b",
+        "crash_count": 2,  # not counted: it ran beside another
+        "queue": "default",
+        "crash_suspect": True,
+        "interrupted_count": 1,  # but it ran: current_job().attempt counts the run
+    }
     assert reason is None  # max_crashes is 3: a count would have buried it
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobmaster.poison import crash_triage
+from jobmaster.poison import crash_triage, interrupted
+from jobmaster.slots import digest
 
 
 def job(queue: str = "default", **extra: Any) -> dict[str, Any]:
@@ -92,3 +93,22 @@ def test_the_whole_journey_through_the_crash_queue() -> None:
         ("big", None),
         ("big", "the worker process died while running this job 2 times: SIGKILL"),
     ]
+
+
+def test_every_job_that_was_running_counts_a_run_cut_short() -> None:
+    """current_job().attempt counts runs: the culprit, the suspects that ran
+    beside each other, and (slots unknown) every job; not one only fetched."""
+    alone = crash_triage(3, "", "SIGKILL", started=(digest(b"a"),))
+    assert alone(b"a", job())[0]["interrupted_count"] == 1
+    assert "interrupted_count" not in alone(b"b", job())[0]
+    side_by_side = crash_triage(3, "", "SIGKILL", started=(digest(b"a"), digest(b"b")))
+    payload, _ = side_by_side(b"b", job(interrupted_count=1))
+    assert payload["interrupted_count"] == 2 and "crash_count" not in payload
+    unknown, _ = crash_triage(3, "", "SIGKILL")(b"c", job(interrupted_count="forged"))
+    assert unknown["interrupted_count"] == 1
+
+
+def test_a_stop_s_push_back_counts_a_run_cut_short_only_for_jobs_that_had_started() -> None:
+    triage = interrupted((digest(b"a"),))
+    assert triage(b"a", job()) == ({**job(), "interrupted_count": 1}, None)
+    assert triage(b"b", job()) == (job(), None)

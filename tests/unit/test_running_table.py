@@ -53,7 +53,7 @@ def test_a_stop_takes_running_jobs_from_their_threads() -> None:
     running = table()
     running.claim(PLAIN)
     assert running.start(PLAIN, 0)
-    assert running.close() == {PLAIN.raw: PLAIN}
+    assert running.close() == [PLAIN]
     running.end(PLAIN, 0)
     assert not running.may_record(PLAIN)  # pushed back: its next run records it
     assert running.finished(PLAIN)
@@ -119,3 +119,22 @@ def test_a_job_waiting_for_its_turn_is_not_started_once_a_stop_began() -> None:
     running.close()
     waiter.join(5)
     assert result == [False]
+
+
+def test_two_fetches_of_the_same_bytes_are_two_claims() -> None:
+    """A producer that retried its LPUSH: keyed by bytes, the second claim
+    overwrote the first, and the first copy's thread could not record it."""
+    first, second = Unit(PLAIN.raw, "default"), Unit(PLAIN.raw, "default")
+    running = table()
+    assert running.claim(first) and running.claim(second)
+    assert running.busy == 2
+    assert running.claimed() == {PLAIN.raw: 2}
+    assert running.start(first, 0) and running.start(second, 1)
+    running.end(first, 0)
+    assert running.may_record(first)
+    assert running.finished(first)
+    assert running.may_record(second)  # still its thread's to record
+    assert running.claimed() == {PLAIN.raw: 1}
+    running.end(second, 1)
+    assert running.finished(second)
+    assert running.completed == 2 and running.busy == 0

@@ -74,8 +74,8 @@ FINISH_ARGV = {
     "lock_action": 12,
     "jid": 13,
     "lock_ttl": 14,
-    "result": 16,
-    "ended_channel": 17,
+    "result": 15,
+    "ended_channel": 16,
 }
 # ``k`` and ``a`` of workflow_step (WORKFLOW_FUNCTION), 1-based.
 STEP_KEYS = {
@@ -135,11 +135,9 @@ def test_mark() -> None:
 
 
 def test_finish() -> None:
-    call = named(S.Finish, resent=False)
-    check(call, FINISH_KEYS, FINISH_ARGV, elsewhere=("resent",))
-    assert len(call.argv()) == 17
-    assert call.argv()[14] == "0"
-    assert named(S.Finish, resent=True).argv()[14] == "1"  # ARGV[15]
+    call = named(S.Finish)
+    check(call, FINISH_KEYS, FINISH_ARGV)
+    assert len(call.argv()) == 16
 
 
 def test_workflow_step_is_k_and_a() -> None:
@@ -154,13 +152,13 @@ def test_callback_targets() -> None:
 
 
 def test_finish_step_appends_the_step_to_finish() -> None:
-    finish, step = named(S.Finish, resent=True), workflow_step()
+    finish, step = named(S.Finish), workflow_step()
     call = S.FinishStep(finish, step)
     # FINISH_STEP counts the step from the end: the last 13 KEYS, the last 10 ARGV.
     assert call.keys() == [*finish.keys(), *step.keys()]
     assert call.argv() == [*finish.argv(), *step.argv()]
     assert call.keys()[-13:] == step.keys() and call.argv()[-10:] == step.argv()
-    assert call.argv()[:17] == finish.argv()  # the "resent" flag and the result always given
+    assert call.argv()[:16] == finish.argv()  # the result and the channel always given
 
 
 def bury() -> Any:
