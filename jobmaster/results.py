@@ -161,11 +161,20 @@ def wait_for(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
     Raises JobFailed (it ended dead, failed, cancelled, expired or skipped),
     ResultPending (it has not ended in time) or UnknownJob (no status).
     """
+    return outcome(connection, keys, wait_end(connection, keys, jid, wait))
+
+
+def wait_end(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> Snapshot:
+    """What Redis holds for the job once it has ended, waiting up to ``wait``
+    seconds: ``cancel(wait=...)`` reads its final status from it.
+
+    Raises ResultPending (it has not ended in time) or UnknownJob (no status).
+    """
     found = read(connection, keys, jid)
     if found.status is None:
         raise UnknownJob(jid)
     if found.ended:
-        return outcome(connection, keys, found)
+        return found
     if not wait or wait <= 0:
         raise ResultPending(jid, found.status, 0.0)
     started = time.monotonic()
@@ -181,7 +190,7 @@ def wait_for(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
             if found.status is None:
                 raise UnknownJob(jid)  # it expired while we waited
             if found.ended:
-                return outcome(connection, keys, found)
+                return found
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ResultPending(jid, found.status, time.monotonic() - started)

@@ -1226,13 +1226,20 @@ class QueueEnds(ScriptCall):
 # working): the check and the write are one step, so a job that ends as we
 # look is never told it "will not run" when it already ran. The request is a
 # member of the cancels set scored by Redis's own clock (no skew between the
-# hosts whose workers read it), trimmed by age and count: a flood of
-# requests costs a bounded set, not Redis's memory. A cancels key of another
-# type (forged) is replaced: else every cancel, and every worker's read of it,
-# would fail from then on.
+# hosts whose workers read it), and its jid is published on the cancel
+# channel, which every worker process hears at once (the set is what a
+# process that missed the message reads). The set is trimmed by age, then of
+# members scored in the future (no genuine request is: they are forged, and
+# kept they would outrank every genuine one), then by count, oldest first: a
+# flood of requests costs a bounded set, not Redis's memory, and the newest
+# genuine request is always kept. A cancels key of another type (forged) is
+# replaced: else every cancel, and every worker's read of it, would fail
+# from then on.
 # KEYS[1] the job's status key, KEYS[2] the cancels set, KEYS[3] the
 # cancelled total (counts each job once, at its first request)
-# ARGV[1] jid, ARGV[2] seconds a request is kept, ARGV[3] most requests kept
+# ARGV[1] jid, ARGV[2] seconds a request is kept, ARGV[3] most requests kept,
+# ARGV[4] seconds ahead of Redis's clock past which a score is forged,
+# ARGV[5] the cancel channel
 # Returns {status ('' when none or not a string), 1 if the request was
 # recorded now, 0 if not (ended, unknown, or asked before)}.
 CANCEL_REQUEST = """
@@ -1246,10 +1253,12 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local added = redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[2])))
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '(' .. (now + tonumber(ARGV[4])), '+inf')
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[3]) - 1)
 if added == 1 and type(redis.pcall('INCR', KEYS[3])) == 'table' then
   redis.call('SET', KEYS[3], 1)
 end
+redis.call('PUBLISH', ARGV[5], ARGV[1])
 return {status, added}
 """
 
@@ -1262,12 +1271,14 @@ class CancelRequest(ScriptCall):
     jid: str
     keep_for: int  # seconds a request is kept
     most: int  # requests kept
+    future: float  # seconds ahead of Redis's clock past which a score is forged
+    channel: str  # the cancel channel
 
     def keys(self) -> list[str]:
         return [self.status_key, self.cancels_key, self.cancelled_key]
 
     def argv(self) -> list[Arg]:
-        return [self.jid, self.keep_for, self.most]
+        return [self.jid, self.keep_for, self.most, self.future, self.channel]
 
 
 # FIND_QUEUED: look for a job's entry in one page of a queue, inside Redis:

@@ -29,7 +29,7 @@ BACKGROUND_THREADS = {
     "self-check": 1,
     "wakeup listener": 1,  # holds its pub/sub connection for as long as it is subscribed
     "watchdog": 1,  # records the outcome of a job stuck past its timeout
-    "cancel requests": 1,  # reads jobmaster.cancel's requests once a second (cancels.py)
+    "cancel requests": 2,  # its pub/sub connection, and its fallback read (cancels.py)
     "status marks": 1,  # sends the "working" marks no acknowledgement took (acks.py)
 }
 POOL_MARGIN = 2  # middleware or hooks that use the worker's client from threads of their own

@@ -85,6 +85,7 @@ class WorkerProcess:
         for thread in threads:
             thread.start()
         self.manager.listener.subscribed.wait(timeout=5.0)
+        self.cancels.subscribed.wait(timeout=5.0)  # a cancel from now on is heard at once
         config = self.ctx.config
         log.info(
             "worker %s started: queues %s, %d threads",

@@ -296,7 +296,7 @@ def test_cancel_request() -> None:
     check(
         named(S.CancelRequest),
         {"status_key": 1, "cancels_key": 2, "cancelled_key": 3},
-        {"jid": 1, "keep_for": 2, "most": 3},
+        {"jid": 1, "keep_for": 2, "most": 3, "future": 4, "channel": 5},
     )
 
 
