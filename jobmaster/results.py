@@ -24,6 +24,7 @@ supervisor.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,14 @@ log = logging.getLogger("jobmaster.results")
 ENDED = frozenset({"complete", "dead", "failed", "cancelled", "expired", "skipped"})
 RECHECK_EVERY = 5.0  # seconds: the most a lost pub/sub message can delay a result
 PARSE_BYTES = 1024 * 1024  # the longest dead-set entry parsed for a failure's error
+
+
+def waiting_ttl(status_ttl: int, due: float, now: float) -> int:
+    """The TTL of the status of a job that waits until ``due`` (scheduled, or a
+    retry): its wait, plus ``status_ttl``. With ``status_ttl`` alone a job
+    scheduled (or retried) further ahead than it was unknown before it ran:
+    ``cancel`` said False and ``result`` raised UnknownJob (SPEC §11)."""
+    return status_ttl + max(0, math.ceil(due - now))
 
 
 @dataclass(frozen=True)

@@ -570,7 +570,8 @@ class FinishStep(ScriptCall):
 # when status is off)
 # ARGV[1] batch id, ARGV[2] now (JSON number text), ARGV[3] the batch's TTL
 # (s), ARGV[4] queue key prefix, ARGV[5] wakeup channel prefix, ARGV[6]
-# status key prefix ('' = status off), ARGV[7] status TTL (s), ARGV[8] n: the
+# status key prefix ('' = status off), ARGV[7] status TTL (s: a scheduled
+# job's status gets its wait more), ARGV[8] n: the
 # number of hash fields set when the batch is created, ARGV[9 .. 8+2n] those
 # field/value pairs, then quadruples: queue, due time (0 = now; else the job
 # goes to the scheduled set, where its payload is complete), jid, payload.
@@ -593,7 +594,10 @@ for i = first, #ARGV, 4 do
   local queue_key, status_key = KEYS[12 + (i - first) / 2], KEYS[13 + (i - first) / 2]
   if tonumber(ARGV[i + 1]) > 0 then
     redis.call('ZADD', KEYS[5], ARGV[i + 1], ARGV[i + 3])
-    if via.status_prefix ~= '' then redis.call('SET', status_key, 'scheduled', 'EX', via.ttl) end
+    if via.status_prefix ~= '' then  -- through its wait, then the status TTL (SPEC §11)
+      local wait = math.max(0, math.ceil(tonumber(ARGV[i + 1]) - tonumber(ARGV[2])))
+      redis.call('SET', status_key, 'scheduled', 'EX', tonumber(via.ttl) + wait)
+    end
   else
     push_job(via, queue_key, status_key, ARGV[i], ARGV[i + 3])
   end
