@@ -1420,6 +1420,77 @@ class CancelStep(ScriptCall):
         return [*self.cancel.argv(), *self.step.argv(), self.jid]
 
 
+# JUDGE_ORPHANS: one page of the orphan scan (orphans.py) in one round trip,
+# however many members it holds: for each identity, its heartbeat's fields;
+# if it has none, the fence's silent mark set (the first sighting) and its
+# age read; once that age reaches the grace, the mark deleted and the length
+# of its in-progress list read, and a member whose list is empty dropped
+# from the processes set. A heartbeat seen again deletes its mark (the count
+# starts again). A key of a forged type is reported for that identity alone.
+# KEYS[1] the processes set, then for each identity in ARGV order: its
+# heartbeat, its silent mark, its in-progress list
+# ARGV[1] the mark's TTL (ms; 0: no fence, a missing heartbeat is believed at
+# once), ARGV[2] the grace (ms), ARGV[3] n identities, ARGV[4..3+n] the
+# identities (members of the set), ARGV[4+n..] the heartbeat fields to read
+# Returns, per identity: {1, field values...} (a heartbeat), {0, -1} (silent,
+# not long enough), {0, length} (silent long enough: its list's length; 0:
+# dropped), {-1, error} (a key of the wrong type).
+JUDGE_ORPHANS = """
+local window, grace, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local fields = {unpack(ARGV, 4 + n)}
+local out = {}
+for i = 1, n do
+  local heartbeat, mark, list = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local found = redis.pcall('HMGET', heartbeat, unpack(fields))
+  if found['err'] then
+    out[i] = {-1, found['err']}
+  elseif found[1] then
+    if window > 0 then redis.call('DEL', mark) end
+    out[i] = {1, unpack(found)}
+  else
+    local age = grace
+    if window > 0 then
+      redis.call('SET', mark, '1', 'NX', 'PX', window)
+      local left = redis.call('PTTL', mark)
+      age = left >= 0 and window - left or 0
+    end
+    if age < grace then
+      out[i] = {0, -1}
+    else
+      if window > 0 then redis.call('DEL', mark) end
+      local length = redis.pcall('LLEN', list)
+      if type(length) == 'table' then
+        out[i] = {-1, length['err']}
+      else
+        if length == 0 then redis.call('SREM', KEYS[1], ARGV[3 + i]) end
+        out[i] = {0, length}
+      end
+    end
+  end
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class JudgeOrphans(ScriptCall):
+    processes_key: str
+    heartbeat_keys: Sequence[str]  # one per identity, in order
+    mark_keys: Sequence[str]
+    inprogress_keys: Sequence[str]
+    window_ms: int  # 0: no fence
+    grace_ms: int
+    identities: Sequence[str]
+    fields: Sequence[str]
+
+    def keys(self) -> list[str]:
+        triples = zip(self.heartbeat_keys, self.mark_keys, self.inprogress_keys, strict=True)
+        return [self.processes_key, *(key for triple in triples for key in triple)]
+
+    def argv(self) -> list[Arg]:
+        return [self.window_ms, self.grace_ms, len(self.identities), *self.identities, *self.fields]
+
+
 class Scripts:
     """The scripts registered on one Redis client."""
 
@@ -1446,3 +1517,4 @@ class Scripts:
         self.find_queued = client.register_script(FIND_QUEUED)
         self.cancel = client.register_script(CANCEL)
         self.cancel_step = client.register_script(CANCEL_STEP)
+        self.judge_orphans = client.register_script(JUDGE_ORPHANS)

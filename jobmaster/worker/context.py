@@ -25,6 +25,7 @@ DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for gr
 BACKGROUND_THREADS = {
     "main": 1,  # start, stop, pushing jobs back
     "heartbeat": 1,
+    "orphan scan": 1,  # its own thread: never in the heartbeat's (worker/orphan_scan.py)
     "scheduled poller": 1,
     "self-check": 1,
     "wakeup listener": 1,  # holds its pub/sub connection for as long as it is subscribed

@@ -218,7 +218,8 @@ def parts(
         queue_watch=QueueWatch(client, config.namespace, config.queue_names),
     )
     ctx = WorkerContext.create(config, Identity(hostname="fuzzhost", nonce="0000c0de"))
-    heartbeat = Heartbeat(ctx, dict, lambda command: None, threading.Event())
+    scan = lambda: ctx.recovery.recover_orphans(ctx.name)  # noqa: E731 - the scanner's work, inline
+    heartbeat = Heartbeat(ctx, dict, lambda command: None, threading.Event(), scan)
     ctx.recovery.silent_grace = 0.0  # one scan recovers (the fence: test_orphan_scan.py)
     poller = ScheduledPoller(ctx, threading.Event())
     yield duties, heartbeat, poller
