@@ -42,16 +42,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
 from jobmaster import liveness
 from jobmaster.connection import byte_list
+from jobmaster.recovery import Recovery, RecoveryReport
 from jobmaster.scripts import JudgeOrphans
-
-if TYPE_CHECKING:
-    from jobmaster.recovery import Recovery, RecoveryReport
 
 log = logging.getLogger("jobmaster.orphans")
 
@@ -67,6 +65,16 @@ HEARTBEAT_FIELDS = ("identity", "locus", "pid", "pid_started", "master_pid", "ma
 # dealt with. A long mark costs nothing: its owner deletes it at every beat.
 SILENT_WINDOW = 4
 SILENT_FLOOR = 300.0
+
+
+def recover_orphans(
+    recovery: Recovery, own_identity: str, stopping: Callable[[], bool] = lambda: False
+) -> dict[str, RecoveryReport]:
+    """Requeue the lists of every process whose heartbeat has expired, or whose
+    process is provably gone from this machine (liveness.py): a whole sweep,
+    page by page, until its end or ``stopping``. The identities recovered
+    (an empty report: its list held nothing, and it was dropped)."""
+    return OrphanSweep(recovery, own_identity).run(stopping)
 
 
 class OrphanSweep:
@@ -144,6 +152,8 @@ class OrphanSweep:
                 _passed_over(identity, _text(rest[0]))
             elif rest[0] > 0:  # silent long enough, and its list holds jobs
                 self._requeue(identity, "whose heartbeat expired")
+            elif rest[0] == 0:  # silent long enough, nothing held: dropped by the script
+                self.reports[identity] = RecoveryReport()
         if gone:  # not listed by ``ps`` any more
             self.redis.delete(*(self.keys.heartbeat(i) for i in gone))
             for identity in gone:

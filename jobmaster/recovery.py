@@ -1,8 +1,9 @@
 """Moving jobs out of an in-progress list whose owner is not running them.
 
 Used by a worker stopping (push back what is still running), by a worker's
-self-check (entries whose acknowledgement failed), by orphan recovery (a
-host whose heartbeat expired) and by the master (a child that died). Each
+self-check (entries whose acknowledgement failed), by the orphan scan (a
+host whose heartbeat expired: orphans.py) and by the master (a child that
+died). Each
 entry moves with one TRANSFER script (BURY into the dead set) that only acts
 if the entry is still in the list, so two recoverers racing never push a job
 twice.
@@ -24,7 +25,6 @@ from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.failure_hook import ON_FAILURE
 from jobmaster.keys import Keys
-from jobmaster.orphans import OrphanSweep
 from jobmaster.scripts import Bury, BuryStep, Scripts, Transfer
 from jobmaster.unique import MODES
 from jobmaster.workflows.steps import step_of, workflow_step
@@ -242,16 +242,3 @@ class Recovery:
         """Drop a finished process from the set of list owners, if its list is empty."""
         if self.redis.llen(self.keys.inprogress(identity)) == 0:
             self.redis.srem(self.keys.processes, identity)
-
-    def recover_orphans(
-        self, own_identity: str, stopping: Callable[[], bool] = lambda: False
-    ) -> dict[str, RecoveryReport]:
-        """Requeue the lists of every process whose heartbeat has expired, or
-        whose process is provably gone from this machine (liveness.py): a whole
-        sweep of the processes set, page by page (orphans.py), until its end or
-        ``stopping``. The lists recovered, by identity."""
-        return self.sweep(own_identity).run(stopping)
-
-    def sweep(self, own_identity: str) -> OrphanSweep:
-        """A sweep to run a page at a time, between other duties (orphans.py)."""
-        return OrphanSweep(self, own_identity)

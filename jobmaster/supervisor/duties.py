@@ -178,7 +178,7 @@ class RedisDuties:
         pass, not here: read whole before the first fork, 100,000 forged
         members of the processes set held that fork back 21 s.
         """
-        self._sweep = self.recovery.sweep(self.identity)
+        self._sweep = OrphanSweep(self.recovery, self.identity)
 
     # -- the loop's side -------------------------------------------------------
     def start(self) -> None:

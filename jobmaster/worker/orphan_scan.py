@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 
+from jobmaster.orphans import recover_orphans
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.loop import run_periodically
 
@@ -33,7 +34,7 @@ class OrphanScanner(threading.Thread):
     def step(self) -> float:
         if self.wanted.wait(IDLE_WAIT):
             self.wanted.clear()
-            self.ctx.recovery.recover_orphans(self.ctx.name, self.stop_event.is_set)
+            recover_orphans(self.ctx.recovery, self.ctx.name, self.stop_event.is_set)
         return 0.0
 
     def run(self) -> None:
