@@ -45,7 +45,9 @@ but not what a handler holds in the middle of a line (a stream's lock, a
 half-sent record), so ``fork_child`` holds every handler's lock across
 fork (``log.handlers_held``): the thread is never mid-line then. Everything the thread runs is
 imported, and has run once, before the first fork (start-up's Redis
-calls), so no import lock is held either. The thread starts with the
+calls), so no import lock is held either; the start-up orphan scan, which
+may run beside the first fork, is imported with this module and uses only
+this thread's connections. The thread starts with the
 master's signals blocked: every signal goes to the main thread, as before
 the thread existed.
 """
