@@ -28,6 +28,7 @@ from jobmaster.commands.output import echo, one_line
 from jobmaster.config import Config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
+from jobmaster.embedded_watch import watching
 from jobmaster.errors import ConfigError, JobmasterError
 from jobmaster.redis_target import RedisTarget
 from jobmaster.settings import SETTINGS
@@ -119,7 +120,8 @@ def worker(config_file: str | None, debug: bool, **overrides: Any) -> None:
         signals = SignalQueue(CHILD_SIGNALS)
         signals.install()
         try:
-            code = serve(config, signals, embedded=embedded)
+            with watching(embedded):  # a lone worker restarts its embedded Redis too
+                code = serve(config, signals)
         finally:
             signals.restore()
     sys.exit(code)

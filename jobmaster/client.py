@@ -162,7 +162,10 @@ class Client:
             score=float(at or 0),
             queue=queue,
             wakeup_channel=self.keys.wakeup_channel(queue),
-            status_ttl=self.status_ttl,
+            # A scheduled one's status lives through its wait, then status_ttl.
+            status_ttl=results.waiting_ttl(self.status_ttl, float(at or 0), time.time())
+            if later and self.status_ttl
+            else self.status_ttl,
         )
         try:
             return bool(call.run(self.scripts.push_unique))
@@ -207,12 +210,13 @@ class Client:
 
     def _schedule(self, payloads: list[dict[str, Any]], at: float) -> None:
         pipe = self.redis.pipeline(transaction=True)  # never a status without its job
+        ttl = results.waiting_ttl(self.status_ttl, at, time.time())
         for start in range(0, len(payloads), BULK_CHUNK):
             chunk = payloads[start : start + BULK_CHUNK]
             pipe.zadd(self.keys.scheduled, {wire.encode(p): at for p in chunk})
             if self.status_ttl:
                 for payload in chunk:
-                    pipe.set(self.keys.status(str(payload["jid"])), "scheduled", ex=self.status_ttl)
+                    pipe.set(self.keys.status(str(payload["jid"])), "scheduled", ex=ttl)
         pipe.execute()
 
     # -- what became of a job ---------------------------------------------

@@ -13,11 +13,21 @@ Duties:
   arguments), and one owned by another user let that user swap
   ``redis.sock`` for a server of their own and receive a producer's jobs.
   The server runs with umask 077, so what it writes is ours alone too.
+  The check looks at the directory itself, never through a symbolic link
+  (a link ``dd -> <someone else's dir>`` is refused), and at every directory
+  above it: one that another user may write (group or others, without the
+  sticky bit; or owned by someone but us and root) lets that user rename
+  ``data_dir`` away and put their own in its place after the check. With
+  the whole chain ours (or root's, or sticky like /tmp), nobody else can
+  change what the path names, so the server may be given the path; the
+  files we open in it ourselves (log, lock) are opened without following
+  links.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -175,7 +185,7 @@ class RedisServerProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         # stderr goes to the log too: config errors are printed before the
         # server opens its logfile, and they are what the user needs to see.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
         with open(os.open(self.logfile, flags, 0o600), "ab") as errors:  # owner only
             self._proc = subprocess.Popen(
                 self.command(),
@@ -276,19 +286,16 @@ def embedded_url(data_dir: Path) -> str:
     nothing. An existing ``data_dir`` must be ours alone (``check_private``): a
     producer must not hand its jobs to a socket another user put there."""
     socket = _socket_path(data_dir)
-    if socket.parent.exists():
+    if os.path.lexists(socket.parent):  # a dangling link too: refused, not created through
         check_private(socket.parent)
     return f"unix://{socket}?db=0"
 
 
 def check_private(directory: Path) -> None:
-    """Refuse a ``data_dir`` owned by another user, or open to group or others."""
-    try:
-        found = os.stat(directory)
-    except OSError as error:
-        raise JobmasterError(f"data_dir {directory}: cannot read it: {error}") from None
-    if not stat.S_ISDIR(found.st_mode):
-        raise JobmasterError(f"data_dir {directory} is not a directory")
+    """Refuse a ``data_dir`` that is a symbolic link, is owned by another user,
+    is open to group or others, or lies under a directory another user may
+    write (the module's docstring says why)."""
+    found = _directory_itself(directory)
     if found.st_uid != os.geteuid():
         raise JobmasterError(
             f"data_dir {directory} belongs to uid {found.st_uid}, not to this user "
@@ -300,6 +307,59 @@ def check_private(directory: Path) -> None:
             f"data_dir {directory} is open to other users (mode "
             f"{stat.S_IMODE(found.st_mode):03o}): they could read the jobs in its "
             f"append-only file; run `chmod 700 {directory}` (and check what is in it)"
+        )
+    for parent in _parents(directory):
+        _check_parent(directory, parent)
+
+
+def _directory_itself(directory: Path) -> os.stat_result:
+    """The directory's own status, read through a descriptor opened without
+    following a link: what is checked is what the path names, not a target."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as error:
+        if os.path.islink(directory) or error.errno == errno.ELOOP:
+            raise JobmasterError(
+                f"data_dir {directory} is a symbolic link: whoever can write where it "
+                "lies could point it elsewhere after the check; give the real directory"
+            ) from None
+        if error.errno == errno.ENOTDIR:
+            raise JobmasterError(f"data_dir {directory} is not a directory") from None
+        raise JobmasterError(f"data_dir {directory}: cannot read it: {error}") from None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _parents(directory: Path) -> list[Path]:
+    """Every directory above ``directory``, as written and as the links in it resolve."""
+    written = Path(os.path.abspath(directory)).parents
+    resolved = Path(os.path.realpath(os.path.abspath(directory))).parents
+    return list(dict.fromkeys([*written, *resolved]))
+
+
+def _check_parent(directory: Path, parent: Path) -> None:
+    """A directory above data_dir: only we (or root) may rename what is in it.
+    A sticky one (/tmp) lets nobody rename an entry they do not own."""
+    try:
+        found = os.lstat(parent)
+    except OSError as error:
+        raise JobmasterError(f"data_dir {directory}: cannot read {parent}: {error}") from None
+    if stat.S_ISLNK(found.st_mode):
+        return  # the link itself: its own parent is checked, and so is its target
+    if found.st_uid not in (0, os.geteuid()):
+        raise JobmasterError(
+            f"data_dir {directory} lies in {parent}, which belongs to uid {found.st_uid}: "
+            "its owner could put a directory of their own in data_dir's place; "
+            "use a data_dir under directories only you (or root) own"
+        )
+    if found.st_mode & 0o022 and not found.st_mode & stat.S_ISVTX:
+        raise JobmasterError(
+            f"data_dir {directory} lies in {parent}, which other users may write (mode "
+            f"{stat.S_IMODE(found.st_mode):03o}, not sticky): they could put a directory "
+            "of their own in data_dir's place; use a data_dir under directories only "
+            "you can write"
         )
 
 
@@ -315,7 +375,8 @@ def _answers_ping(socket: Path) -> bool:
 def _start_lock(data_dir: Path) -> Iterator[None]:
     """Serialise the check-then-start: two masters starting at once would
     otherwise both see no server, and redis-server unlinks a live socket."""
-    with (data_dir / "redis.lock").open("a") as lock:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    with open(os.open(data_dir / "redis.lock", flags, 0o600), "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -357,6 +418,8 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 30.0) -> None:
         """Start the server, refusing if another process already serves the socket."""
+        if os.path.lexists(self.data_dir):  # never created through a link
+            check_private(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_private(self.data_dir)  # an existing one may be anyone's, with any mode
         with _start_lock(self.data_dir):

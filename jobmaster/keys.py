@@ -139,9 +139,16 @@ class Keys:
     def cancels(self) -> str:
         """Sorted set of jids ``jobmaster.cancel`` was asked to stop, scored by
         when (Redis's clock): every worker process reads what is new in it
-        once a second, so a cancel reaches a job running on any host
-        (api/cancels.py, worker/cancels.py)."""
+        once a second (the fallback for a lost ``cancel_channel`` message),
+        so a cancel reaches a job running on any host (api/cancels.py,
+        worker/cancels.py)."""
         return f"{self.prefix}cancels"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel told the jid of each cancel request as it is made:
+        every worker process subscribes, so a running job stops at once."""
+        return f"{self.prefix}cancel"
 
     # -- counters -------------------------------------------------------
     def stat(self, name: str) -> str:

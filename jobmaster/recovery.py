@@ -1,8 +1,9 @@
 """Moving jobs out of an in-progress list whose owner is not running them.
 
 Used by a worker stopping (push back what is still running), by a worker's
-self-check (entries whose acknowledgement failed), by orphan recovery (a
-host whose heartbeat expired) and by the master (a child that died). Each
+self-check (entries whose acknowledgement failed), by the orphan scan (a
+host whose heartbeat expired: orphans.py) and by the master (a child that
+died). Each
 entry moves with one TRANSFER script (BURY into the dead set) that only acts
 if the entry is still in the list, so two recoverers racing never push a job
 twice.
@@ -25,8 +26,8 @@ from typing import Any
 
 import redis
 
-from jobmaster import liveness, registry
 from jobmaster import payload as wire
+from jobmaster import registry
 from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
 from jobmaster.failure_hook import ON_FAILURE
@@ -36,14 +37,6 @@ from jobmaster.unique import MODES
 from jobmaster.workflows.steps import step_of, workflow_step
 
 log = logging.getLogger("jobmaster.recovery")
-
-# Read from each heartbeat by the orphan scan: "identity" tells whether the
-# hash exists at all, the rest where and when its process lives (liveness.py).
-HEARTBEAT_FIELDS = ("identity", "locus", "pid", "pid_started", "master_pid", "master_started")
-
-# A silent heartbeat's mark (the fence, ``_recover_one``) lives this many
-# graces: scans come every grace, and without them the count starts again.
-SILENT_WINDOW = 4
 
 # BURY's reply when the job is buried but its on_failure hook job could not be
 # queued (its queue's key holds another type): scripts.py.
@@ -91,7 +84,7 @@ class Recovery:
         self.scripts = scripts
         self.limits = limits
         self.status_ttl = status_ttl  # 0: status tracking off
-        # The orphan scan's fence (see ``_recover_one``): seconds an identity's
+        # The orphan scan's fence (orphans.py): seconds an identity's
         # heartbeat must stay missing, as the scans see it, before its list is
         # requeued (0: at once).
         self.silent_grace = silent_grace
@@ -303,120 +296,10 @@ class Recovery:
         key = self.keys.inprogress(identity)
         return self.requeue(key, byte_list(self.redis.lrange(key, 0, -1)), triage=triage)
 
-    def _silent_long_enough(self, identity: str) -> bool:
-        """True once ``identity``'s heartbeat has been missing for ``silent_grace``
-        seconds, by Redis's clock (no skew between hosts), as the scans of any
-        process saw it: the first to find it missing sets a mark whose age is
-        its TTL spent; whoever finds it missing a grace later recovers."""
-        if self.silent_grace <= 0:
-            return True
-        mark = self.keys.silent(identity)
-        window = max(1, round(self.silent_grace * SILENT_WINDOW * 1000))
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(mark, "1", nx=True, px=window)  # the first sighting; lapses without scans
-        pipe.pttl(mark)
-        _, left = pipe.execute()
-        age = window - int(left) if isinstance(left, int) and left >= 0 else 0
-        if age < self.silent_grace * 1000:
-            return False
-        self.redis.delete(mark)
-        return True
-
     def forget(self, identity: str) -> None:
         """Drop a finished process from the set of list owners, if its list is empty."""
         if self.redis.llen(self.keys.inprogress(identity)) == 0:
             self.redis.srem(self.keys.processes, identity)
-
-    def recover_orphans(self, own_identity: str) -> dict[str, RecoveryReport]:
-        """Requeue the lists of every process whose heartbeat has expired, or
-        whose process is provably gone from this machine (liveness.py).
-
-        Each identity is judged apart: one whose entries are malformed (a
-        forged heartbeat, a member that is no identity of ours) is logged and
-        passed over, and the others are still recovered; so is one whose keys
-        Redis refuses to read (a heartbeat forged as a string: WRONGTYPE
-        stopped every scan before the lost hosts' lists). A Redis outage
-        (connection, timeout) stops the scan (the next one goes on).
-        """
-        reports: dict[str, RecoveryReport] = {}
-        for member in byte_list(self.redis.smembers(self.keys.processes)):
-            try:
-                identity = member.decode()
-            except UnicodeDecodeError:  # written by something else: no identity of ours
-                log.warning(
-                    "ignored a member of %s that is not a worker identity", self.keys.processes
-                )
-                continue
-            if identity == own_identity:
-                continue
-            try:
-                report = self._recover_one(identity)
-            except redis.ResponseError as error:  # its keys, not Redis: a forged type...
-                log.warning(
-                    "could not judge or recover %r (%s); passed over", identity[:200], error
-                )
-                continue
-            except redis.RedisError:
-                raise
-            except Exception:
-                log.exception("could not judge or recover %r; passed over", identity[:200])
-                continue
-            if report is not None:
-                reports[identity] = report
-        return reports
-
-    def _recover_one(self, identity: str) -> RecoveryReport | None:
-        """Recover ``identity``'s list if its process is gone; None if it lives
-        (or may: a heartbeat missing for less than ``silent_grace``).
-
-        The fence. A missing heartbeat is all another host can see of a death,
-        and anyone who can write to Redis can delete one: a review deleted a
-        live worker's heartbeat again and again and its ``retry=0`` job ran
-        three times. So a missing heartbeat is believed only once it has been
-        missing for ``silent_grace`` seconds without its owner beating: the
-        first scan to find it missing sets a mark (``keys.silent``), whose age
-        (by Redis's clock) the next scans read, whichever process runs them;
-        the owner deletes its mark at every beat, in the beat's transaction.
-        Workers use heartbeat_ttl / 2, more than their beat interval (a third
-        of the TTL), so a process that beats is never recovered, however
-        often its heartbeat is deleted; a heartbeat that merely lapsed while
-        its owner waited on a slow Redis costs nothing either. What the fence
-        does not stop: a writer who also forges the mark (a short TTL makes it
-        look old), or stops the process; the README's trust boundary says so.
-        The price: a lost host's jobs wait one more scan (a grace) to be
-        requeued.
-        """
-        heartbeat = self.keys.heartbeat(identity)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(heartbeat, [*HEARTBEAT_FIELDS])
-        if self.silent_grace > 0:
-            pipe.exists(self.keys.silent(identity))
-        found, *marked = pipe.execute()
-        beating = found[0] is not None
-        if beating:
-            if marked and marked[0]:  # seen silent, and alive since: the count starts again
-                self.redis.delete(self.keys.silent(identity))
-            fields = {
-                name: value.decode(errors="replace") if isinstance(value, bytes) else value
-                for name, value in zip(HEARTBEAT_FIELDS, found, strict=True)
-                if value is not None
-            }
-            if not liveness.provably_dead(fields):
-                return None
-            self.redis.delete(heartbeat)  # gone: not listed by ``ps`` any more
-        elif not self._silent_long_enough(identity):
-            return None
-        report = self.requeue_all(identity)
-        self.forget(identity)
-        if report:
-            log.warning(
-                "recovered jobs of %s, %s: requeued %d, buried %d",
-                identity,
-                "whose process is gone from this machine" if beating else "whose heartbeat expired",
-                len(report.requeued),
-                len(report.buried),
-            )
-        return report
 
 
 def _landed(reply: Any, target: str) -> bool:

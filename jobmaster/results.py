@@ -24,6 +24,7 @@ supervisor.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,14 @@ PARSE_BYTES = 1024 * 1024  # the longest dead-set entry parsed for a failure's e
 ATTEMPTS_READ = 50  # the newest attempts read (a job retried 25 times made 26)
 ATTEMPT_BYTES = 64 * 1024  # of each attempt read: a longer one is forged, and skipped
 ATTEMPT_TEXTS = ("outcome", "error_class", "error_message", "worker", "job", "queue")
+
+
+def waiting_ttl(status_ttl: int, due: float, now: float) -> int:
+    """The TTL of the status of a job that waits until ``due`` (scheduled, or a
+    retry): its wait, plus ``status_ttl``. With ``status_ttl`` alone a job
+    scheduled (or retried) further ahead than it was unknown before it ran:
+    ``cancel`` said False and ``result`` raised UnknownJob (SPEC §11)."""
+    return status_ttl + max(0, math.ceil(due - now))
 
 
 @dataclass(frozen=True)
@@ -279,11 +288,20 @@ def wait_for(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
     Raises JobFailed (it ended dead, failed, cancelled, expired or skipped),
     ResultPending (it has not ended in time) or UnknownJob (no status).
     """
+    return outcome(connection, keys, wait_end(connection, keys, jid, wait))
+
+
+def wait_end(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> Snapshot:
+    """What Redis holds for the job once it has ended, waiting up to ``wait``
+    seconds: ``cancel(wait=...)`` reads its final status from it.
+
+    Raises ResultPending (it has not ended in time) or UnknownJob (no status).
+    """
     found = read(connection, keys, jid)
     if found.status is None:
         raise UnknownJob(jid)
     if found.ended:
-        return outcome(connection, keys, found)
+        return found
     if not wait or wait <= 0:
         raise ResultPending(jid, found.status, 0.0)
     started = time.monotonic()
@@ -303,7 +321,7 @@ def wait_for(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
             if found.status is None:
                 raise UnknownJob(jid)  # it expired while we waited
             if found.ended:
-                return outcome(connection, keys, found)
+                return found
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ResultPending(jid, found.status, time.monotonic() - started)

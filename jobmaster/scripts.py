@@ -586,7 +586,8 @@ class FinishStep(ScriptCall):
 # when status is off)
 # ARGV[1] batch id, ARGV[2] now (JSON number text), ARGV[3] the batch's TTL
 # (s), ARGV[4] queue key prefix, ARGV[5] wakeup channel prefix, ARGV[6]
-# status key prefix ('' = status off), ARGV[7] status TTL (s), ARGV[8] n: the
+# status key prefix ('' = status off), ARGV[7] status TTL (s: a scheduled
+# job's status gets its wait more), ARGV[8] n: the
 # number of hash fields set when the batch is created, ARGV[9 .. 8+2n] those
 # field/value pairs, then quadruples: queue, due time (0 = now; else the job
 # goes to the scheduled set, where its payload is complete), jid, payload.
@@ -609,7 +610,10 @@ for i = first, #ARGV, 4 do
   local queue_key, status_key = KEYS[12 + (i - first) / 2], KEYS[13 + (i - first) / 2]
   if tonumber(ARGV[i + 1]) > 0 then
     redis.call('ZADD', KEYS[5], ARGV[i + 1], ARGV[i + 3])
-    if via.status_prefix ~= '' then redis.call('SET', status_key, 'scheduled', 'EX', via.ttl) end
+    if via.status_prefix ~= '' then  -- through its wait, then the status TTL (SPEC §11)
+      local wait = math.max(0, math.ceil(tonumber(ARGV[i + 1]) - tonumber(ARGV[2])))
+      redis.call('SET', status_key, 'scheduled', 'EX', tonumber(via.ttl) + wait)
+    end
   else
     push_job(via, queue_key, status_key, ARGV[i], ARGV[i + 3])
   end
@@ -1275,13 +1279,20 @@ class QueueEnds(ScriptCall):
 # working): the check and the write are one step, so a job that ends as we
 # look is never told it "will not run" when it already ran. The request is a
 # member of the cancels set scored by Redis's own clock (no skew between the
-# hosts whose workers read it), trimmed by age and count: a flood of
-# requests costs a bounded set, not Redis's memory. A cancels key of another
-# type (forged) is replaced: else every cancel, and every worker's read of it,
-# would fail from then on.
+# hosts whose workers read it), and its jid is published on the cancel
+# channel, which every worker process hears at once (the set is what a
+# process that missed the message reads). The set is trimmed by age, then of
+# members scored in the future (no genuine request is: they are forged, and
+# kept they would outrank every genuine one), then by count, oldest first: a
+# flood of requests costs a bounded set, not Redis's memory, and the newest
+# genuine request is always kept. A cancels key of another type (forged) is
+# replaced: else every cancel, and every worker's read of it, would fail
+# from then on.
 # KEYS[1] the job's status key, KEYS[2] the cancels set, KEYS[3] the
 # cancelled total (counts each job once, at its first request)
-# ARGV[1] jid, ARGV[2] seconds a request is kept, ARGV[3] most requests kept
+# ARGV[1] jid, ARGV[2] seconds a request is kept, ARGV[3] most requests kept,
+# ARGV[4] seconds ahead of Redis's clock past which a score is forged,
+# ARGV[5] the cancel channel
 # Returns {status ('' when none or not a string), 1 if the request was
 # recorded now, 0 if not (ended, unknown, or asked before)}.
 CANCEL_REQUEST = """
@@ -1295,10 +1306,12 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local added = redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - tonumber(ARGV[2])))
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '(' .. (now + tonumber(ARGV[4])), '+inf')
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[3]) - 1)
 if added == 1 and type(redis.pcall('INCR', KEYS[3])) == 'table' then
   redis.call('SET', KEYS[3], 1)
 end
+redis.call('PUBLISH', ARGV[5], ARGV[1])
 return {status, added}
 """
 
@@ -1311,12 +1324,14 @@ class CancelRequest(ScriptCall):
     jid: str
     keep_for: int  # seconds a request is kept
     most: int  # requests kept
+    future: float  # seconds ahead of Redis's clock past which a score is forged
+    channel: str  # the cancel channel
 
     def keys(self) -> list[str]:
         return [self.status_key, self.cancels_key, self.cancelled_key]
 
     def argv(self) -> list[Arg]:
-        return [self.jid, self.keep_for, self.most]
+        return [self.jid, self.keep_for, self.most, self.future, self.channel]
 
 
 # FIND_QUEUED: look for a job's entry in one page of a queue, inside Redis:
@@ -1454,6 +1469,77 @@ class CancelStep(ScriptCall):
         return [*self.cancel.argv(), *self.step.argv(), self.jid]
 
 
+# JUDGE_ORPHANS: one page of the orphan scan (orphans.py) in one round trip,
+# however many members it holds: for each identity, its heartbeat's fields;
+# if it has none, the fence's silent mark set (the first sighting) and its
+# age read; once that age reaches the grace, the mark deleted and the length
+# of its in-progress list read, and a member whose list is empty dropped
+# from the processes set. A heartbeat seen again deletes its mark (the count
+# starts again). A key of a forged type is reported for that identity alone.
+# KEYS[1] the processes set, then for each identity in ARGV order: its
+# heartbeat, its silent mark, its in-progress list
+# ARGV[1] the mark's TTL (ms; 0: no fence, a missing heartbeat is believed at
+# once), ARGV[2] the grace (ms), ARGV[3] n identities, ARGV[4..3+n] the
+# identities (members of the set), ARGV[4+n..] the heartbeat fields to read
+# Returns, per identity: {1, field values...} (a heartbeat), {0, -1} (silent,
+# not long enough), {0, length} (silent long enough: its list's length; 0:
+# dropped), {-1, error} (a key of the wrong type).
+JUDGE_ORPHANS = """
+local window, grace, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local fields = {unpack(ARGV, 4 + n)}
+local out = {}
+for i = 1, n do
+  local heartbeat, mark, list = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local found = redis.pcall('HMGET', heartbeat, unpack(fields))
+  if found['err'] then
+    out[i] = {-1, found['err']}
+  elseif found[1] then
+    if window > 0 then redis.call('DEL', mark) end
+    out[i] = {1, unpack(found)}
+  else
+    local age = grace
+    if window > 0 then
+      redis.call('SET', mark, '1', 'NX', 'PX', window)
+      local left = redis.call('PTTL', mark)
+      age = left >= 0 and window - left or 0
+    end
+    if age < grace then
+      out[i] = {0, -1}
+    else
+      if window > 0 then redis.call('DEL', mark) end
+      local length = redis.pcall('LLEN', list)
+      if type(length) == 'table' then
+        out[i] = {-1, length['err']}
+      else
+        if length == 0 then redis.call('SREM', KEYS[1], ARGV[3 + i]) end
+        out[i] = {0, length}
+      end
+    end
+  end
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class JudgeOrphans(ScriptCall):
+    processes_key: str
+    heartbeat_keys: Sequence[str]  # one per identity, in order
+    mark_keys: Sequence[str]
+    inprogress_keys: Sequence[str]
+    window_ms: int  # 0: no fence
+    grace_ms: int
+    identities: Sequence[str]
+    fields: Sequence[str]
+
+    def keys(self) -> list[str]:
+        triples = zip(self.heartbeat_keys, self.mark_keys, self.inprogress_keys, strict=True)
+        return [self.processes_key, *(key for triple in triples for key in triple)]
+
+    def argv(self) -> list[Arg]:
+        return [self.window_ms, self.grace_ms, len(self.identities), *self.identities, *self.fields]
+
+
 class Scripts:
     """The scripts registered on one Redis client."""
 
@@ -1480,3 +1566,4 @@ class Scripts:
         self.find_queued = client.register_script(FIND_QUEUED)
         self.cancel = client.register_script(CANCEL)
         self.cancel_step = client.register_script(CANCEL_STEP)
+        self.judge_orphans = client.register_script(JUDGE_ORPHANS)

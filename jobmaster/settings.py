@@ -634,7 +634,10 @@ _ALL = [
     Setting(
         name="status_ttl",
         default=86400.0,
-        help="Seconds a job's status and attempts history are kept after its last change.",
+        help=(
+            "Seconds a job's status and attempts history are kept after its last change"
+            " (a scheduled or retried job's: after its wait)."
+        ),
         parse=number(1),
     ),
     Setting(

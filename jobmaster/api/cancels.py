@@ -4,10 +4,12 @@ dashboard's Cancel buttons.
 Two steps, in this order:
 
 1. The request (CANCEL_REQUEST): if the job's status says it has not ended,
-   its jid joins the cancels set, checked and written in one step. Every
-   worker process reads what is new in that set once a second (one call per
-   process, however many jobs it runs: worker/cancels.py), so a job running
-   on any host, or fetched but not started yet, is stopped there.
+   its jid joins the cancels set and is published on the cancel channel,
+   checked and written in one step. Every worker process hears the message
+   at once, and reads what is new in the set once a second in case it
+   missed one (one subscription and one call per process, however many jobs
+   it runs: worker/cancels.py), so a job running on any host, or fetched but
+   not started yet, is stopped there.
 2. The removal: a job still waiting is taken out of where its status says it
    is (the scheduled or retry set, found by ZSCAN like the sets' own
    commands; a queue, searched a page at a time inside Redis by FIND_QUEUED,
@@ -17,9 +19,22 @@ Two steps, in this order:
 
 The request comes first so that no move between the two steps lets a job
 slip through: wherever the job is when the removal misses it, the request
-is already waiting for it. ``cancel`` returns True if the job will not run
-(on), False if it had already ended or is unknown (no status: never seen,
-expired, or status tracking off).
+is already waiting for it.
+
+What ``cancel`` returns. True when the job was removed from where it waited:
+it will not run. False when it had already ended or is unknown (no status:
+never seen, expired, or status tracking off). A job that was not found
+waiting (running, or fetched and about to start) may still end on its own
+before the request reaches it, so:
+
+- with ``wait`` (seconds), ``cancel`` waits for the job's end (its ended
+  channel, as ``result(wait=)`` does: results.py) and returns True only if
+  it ended ``cancelled`` (the worker confirmed the interruption); False if
+  it ended otherwise first (complete, failed...) or has not ended in time
+  (``pending``: the request stays, it may still stop);
+- without ``wait``, True means the request was made: the job stops where it
+  runs within a moment, unless it ends first. The CLI and the dashboard's
+  buttons wait (``CONFIRM_WAIT``), so what they say is what happened.
 """
 
 from __future__ import annotations
@@ -31,9 +46,11 @@ from typing import Any
 import redis
 
 from jobmaster import payload as wire
+from jobmaster import results
 from jobmaster.api.base import Backend, Connection, texts
 from jobmaster.api.queues import Queue
 from jobmaster.api.sorted_sets import JobSet, RetrySet, ScheduledSet
+from jobmaster.errors import ResultPending, UnknownJob
 from jobmaster.keys import Keys
 from jobmaster.scripts import Cancel, CancelRequest, CancelStep, FindQueued
 from jobmaster.tolerant import refused, text
@@ -45,6 +62,8 @@ log = logging.getLogger("jobmaster.api.cancels")
 CANCELLED = "cancelled"  # the status of a cancelled job
 REQUEST_TTL = 7 * 24 * 3600  # seconds a request waits for its job (a requeued one may come late)
 MAX_REQUESTS = 10_000  # requests kept: a flood costs a bounded set
+FUTURE = 60.0  # a request scored this far ahead of Redis's clock is forged (failover skew is less)
+CONFIRM_WAIT = 5.0  # seconds the CLI and the dashboard wait for a running job's end
 FIND_PAGE = 1000  # queue entries FIND_QUEUED looks at per call (a short step for Redis)
 
 # Where a job may wait, by its status, in the order to look: a poller may
@@ -66,6 +85,8 @@ class Cancellation:
     cancelled: bool  # the job will not run (on)
     status: str | None  # its status when asked (None: unknown)
     removed_from: str | None = None  # "queue NAME", "scheduled", "retry"; None: not waiting
+    ended_as: str | None = None  # waited: the status it ended with
+    pending: bool = False  # waited: it had not ended in time (the request stays)
 
     def __bool__(self) -> bool:
         return self.cancelled
@@ -76,24 +97,37 @@ class Cancellation:
             "cancelled": self.cancelled,
             "status": self.status,
             "removed_from": self.removed_from,
+            "ended_as": self.ended_as,
+            "pending": self.pending,
         }
 
     def describe(self) -> str:
         """One line for the CLI and the dashboard."""
         if self.removed_from:
-            return f"{self.jid}: cancelled (removed from {self.removed_from})"
-        if self.cancelled:
-            return f"{self.jid}: cancel sent; it stops where it runs within a second"
-        if self.status:
-            return f"{self.jid}: not cancelled, it has already ended ({self.status})"
-        return f"{self.jid}: not cancelled, no such job (unknown, or its status expired)"
+            said = f"cancelled (removed from {self.removed_from})"
+        elif self.cancelled:
+            said = (
+                "cancelled (the worker stopped it)"
+                if self.ended_as
+                else "cancel sent; it stops where it runs, unless it ends first"
+            )
+        elif self.pending:
+            said = f"cancel sent, not confirmed: still {self.status} (it may stop later)"
+        elif self.ended_as:
+            said = f"not cancelled, it ended first ({self.ended_as})"
+        elif self.status:
+            said = f"not cancelled, it has already ended ({self.status})"
+        else:
+            said = "not cancelled, no such job (unknown, or its status expired)"
+        return f"{self.jid}: {said}"
 
 
 class Canceller:
     def __init__(self, connection: Connection = None, *, namespace: str | None = None) -> None:
         self.backend = Backend.resolve(connection, namespace)
 
-    def cancel(self, jid: str) -> Cancellation:
+    def cancel(self, jid: str, wait: float = 0) -> Cancellation:
+        """Cancel ``jid``; ``wait`` seconds for a running job's end (module docstring)."""
         keys = self.backend.keys
         request = CancelRequest(
             status_key=keys.status(jid),
@@ -102,6 +136,8 @@ class Canceller:
             jid=jid,
             keep_for=REQUEST_TTL,
             most=MAX_REQUESTS,
+            future=FUTURE,
+            channel=keys.cancel_channel,
         )
         try:
             status, _ = request.run(self.backend.scripts.cancel_request)
@@ -114,7 +150,19 @@ class Canceller:
             removed = self._from_queues(jid) if place == "queue" else self._from_set(jid, place)
             if removed:
                 return Cancellation(jid, True, found, removed)
-        return Cancellation(jid, True, found)
+        if not wait or wait <= 0:
+            return Cancellation(jid, True, found)
+        return self._confirmed(jid, found, wait)
+
+    def _confirmed(self, jid: str, found: str, wait: float) -> Cancellation:
+        """Wait for the job's end: True only if it ended cancelled."""
+        try:
+            end = results.wait_end(self.backend.redis, self.backend.keys, jid, wait)
+        except ResultPending:
+            return Cancellation(jid, False, found, pending=True)
+        except UnknownJob:  # its status expired as we waited: nothing confirmed
+            return Cancellation(jid, False, found)
+        return Cancellation(jid, end.status == CANCELLED, found, ended_as=end.status)
 
     def _from_set(self, jid: str, place: str) -> str | None:
         job_set: JobSet = (ScheduledSet if place == "scheduled" else RetrySet)(self.backend)
@@ -180,7 +228,9 @@ class Canceller:
 
 def _grants(keys: Keys) -> str:
     """What the cancel request needs of the ACL (the producer's recipe has it)."""
-    return f"~{keys.status('*')}, ~{keys.cancels} and ~{keys.stat(CANCELLED)}"
+    return (
+        f"~{keys.status('*')}, ~{keys.cancels}, ~{keys.stat(CANCELLED)} and &{keys.cancel_channel}"
+    )
 
 
 def _decoded(raw: bytes) -> dict[str, Any] | None:
@@ -198,8 +248,11 @@ def _unique_lock(payload: dict[str, Any] | None) -> str | None:
     return lock if isinstance(lock, str) and wire.key_safe(lock) else None
 
 
-def cancel(jid: str, connection: Connection = None) -> bool:
-    """Stop job ``jid``: True if it will not run (on), False if it already ended
-    or is unknown. A waiting job is removed at once; a running one gets
-    ``jobmaster.JobCancelled`` raised in its thread within a second."""
-    return Canceller(connection).cancel(jid).cancelled
+def cancel(jid: str, connection: Connection = None, *, wait: float = 0) -> bool:
+    """Stop job ``jid``. A waiting job is removed at once (True); a running one
+    gets ``jobmaster.JobCancelled`` raised in its thread as soon as its worker
+    hears the request. With ``wait`` (seconds) a running job's answer is True
+    only once its worker confirmed the interruption (False if it ended
+    otherwise first, or not in time); without, True means the request is
+    made. False if it already ended or is unknown."""
+    return Canceller(connection).cancel(jid, wait).cancelled

@@ -14,6 +14,9 @@ master is here, run by ``RedisDuties``'s thread, pass after pass:
 - control and heartbeat: every CONTROL_INTERVAL one bounded read of the
   master's remote control list (control.py), and, every beat interval, the master's heartbeat in
   the same round trip, written from the ``MasterState`` the loop published;
+- at start, the orphan scan of workers gone from this machine
+  (``recover_left_behind``), one page per pass (orphans.py): a flood of
+  forged members delays neither the first fork nor a requeue;
 - every PRUNE_INTERVAL, members of the ``masters`` set whose heartbeat
   has expired removed (each unclean exit left one behind for good), at most
   PRUNE_SAMPLE a time;
@@ -42,7 +45,9 @@ but not what a handler holds in the middle of a line (a stream's lock, a
 half-sent record), so ``fork_child`` holds every handler's lock across
 fork (``log.handlers_held``): the thread is never mid-line then. Everything the thread runs is
 imported, and has run once, before the first fork (start-up's Redis
-calls), so no import lock is held either. The thread starts with the
+calls), so no import lock is held either; the start-up orphan scan, which
+may run beside the first fork, is imported with this module and uses only
+this thread's connections. The thread starts with the
 master's signals blocked: every signal goes to the main thread, as before
 the thread existed.
 """
@@ -68,6 +73,7 @@ from jobmaster.connection import byte_list, wait_for_redis
 from jobmaster.keys import Keys
 from jobmaster.liveness import beat_interval
 from jobmaster.metrics.queues import QueueWatch
+from jobmaster.orphans import OrphanSweep
 from jobmaster.outage import OutageLog
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.recovery import Recovery, RecoveryReport, Triage
@@ -147,6 +153,7 @@ class RedisDuties:
         self._wake = threading.Event()  # wakes the thread: a requeue, a stop
         self._finish_by: float | None = None  # monotonic, once the loop is done
         self._thread: threading.Thread | None = None
+        self._sweep: OrphanSweep | None = None  # the start-up scan, while it goes on
         self._next_control = 0.0
         self._next_heartbeat = 0.0
         self._next_prune = 0.0
@@ -162,19 +169,18 @@ class RedisDuties:
         wait_for_redis(self.redis, self.config.redis_url_masked)
 
     def recover_left_behind(self) -> None:
-        """At start: requeue the lists of workers gone from this machine.
+        """At start: have the thread requeue the lists of workers gone from this machine.
 
         A master that was killed (or crashed) in the moment after one of its
         children died never requeued that child's list; the child's
         heartbeat still looks alive for up to heartbeat_ttl. Its process is
         provably gone (liveness.py), so the restarted master requeues the
-        list before it forks, as the dead master would have done. Other
-        hosts' workers are left to their heartbeats.
+        list, as the dead master would have done. Other hosts' workers are
+        left to their heartbeats. The scan runs on the thread, a page per
+        pass, not here: read whole before the first fork, 100,000 forged
+        members of the processes set held that fork back 21 s.
         """
-        try:
-            self.recovery.recover_orphans(self.identity)
-        except redis.RedisError as error:  # the children's own scans will do it
-            log.warning("could not look for jobs left by dead workers: %s", error)
+        self._sweep = OrphanSweep(self.recovery, self.identity)
 
     # -- the loop's side -------------------------------------------------------
     def start(self) -> None:
@@ -259,6 +265,8 @@ class RedisDuties:
         if self._requeues and now >= self._retry_at:
             _guarded("requeue", lambda: self.requeue_due(now + PASS_BUDGET))
         _guarded("control", lambda: self.talk(now))
+        if self._sweep is not None:
+            _guarded("orphan scan", self.sweep_step)
         state = self._state
         if state is not None and not state.stopping:
             _guarded("periodic", lambda: self.ticker.tick(time.time()))
@@ -269,7 +277,22 @@ class RedisDuties:
         if watch is not None and self.outage.failing_since is None and watch.due(now):
             _guarded("metrics", lambda: watch.refresh(now))
 
+    def sweep_step(self) -> None:
+        """One page of the start-up scan; a Redis error: the same page next pass."""
+        sweep = self._sweep
+        if sweep is None:
+            return
+        try:
+            done = sweep.step()
+        except redis.RedisError as error:  # the children's own scans will do it too
+            self.outage.failed(error, time.monotonic())
+            return
+        if done:
+            self._sweep = None
+
     def _next_wait(self, now: float) -> float:
+        if self._sweep is not None and self.outage.failing_since is None:
+            return 0.0  # the next page at once: the other duties had their turn
         waits = [LONGEST_WAIT, self._next_control - now]
         if self._requeues:
             waits.append(self._retry_at - now)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from jobmaster import exitcodes, lifecycle
 from jobmaster.config import Config
 from jobmaster.embedded import EmbeddedRedis
+from jobmaster.embedded_watch import EmbeddedWatch
 from jobmaster.metrics.hub import MetricsHub
 from jobmaster.pipes import MAX_JOBS, READY, STUCK
 from jobmaster.proctitle import master_title, set_title
@@ -89,6 +90,10 @@ class Master:
         self.duties.recover_left_behind()
         self.publish()
         self.duties.start()  # after start-up's own Redis calls, before any fork
+        # Restarts a dead embedded Redis on a thread of its own (embedded_watch.py).
+        watch = EmbeddedWatch(self.embedded) if self.embedded is not None else None
+        if watch is not None:
+            watch.start()
         try:
             self.spawn_missing()
             while not (self.stopping and not self.children):
@@ -97,8 +102,6 @@ class Master:
                 self.handle_signals()
                 self.take_news()
                 self.reap()
-                if self.embedded is not None:
-                    self.embedded.ensure_running()
                 if not self.stopping:
                     self.memory.check()
                 self.stopper.overdue()
@@ -114,6 +117,8 @@ class Master:
             log.info("master stopped")
             return self.exit_code
         finally:
+            if watch is not None:
+                watch.stop()  # before prepared() stops the server: no restart then
             self.signals.restore()
             if self.metrics is not None:
                 self.metrics.close()

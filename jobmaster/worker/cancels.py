@@ -2,27 +2,33 @@
 ``jobmaster.cancel`` asked to stop, and no start for one asked before it began.
 
 The request is a member of the cancels set (api/cancels.py), written on any
-host. Once a second this process reads what is new in it, in one call
-however many jobs it runs (a per-job look would cost a round trip for
-every job, on the hot path, for a request that is rare), into a local table
+host, and a message on the cancel channel naming the jid. This process
+hears the message at once (one subscription per process, however many jobs
+it runs) and, as the fallback for a message lost while its connection was
+down, reads what is new in the set once a second. Both feed a local table
 of requested jids. Then:
 
 - a job whose code runs now (``running``) gets ``JobCancelled`` raised in its
   thread, as the watchdog raises ``JobTimeout`` (``PyThreadState_SetAsyncExc``):
-  at most a second after the request, plus the read;
+  a pub/sub hop after the request (a second at worst, by the fallback read);
 - a job about to start (fetched, or requeued after a crash, before or after
   the request) is looked up in the table (``requested``): no call at all.
 
-Reading what is new: members are scored by Redis's clock when requested, so
-each read asks for scores from the last one seen on (less ``OVERLAP``, for
-requests written in the same instant, seen twice at worst): nothing is
-missed and nothing is read twice in steady state. Every value may be forged
-(SPEC §8): a score that is not finite or lies in the far future never moves
-the cursor (it would hide every later request), and the table is bounded.
+Reading what is new: members are scored by Redis's clock when requested.
+The read walks the set by score from where it stopped, a page at a time,
+skipping within one score the members already read (``offset``): a flood
+of members with one score is walked through, never read as the same page
+forever. Once it reaches the end, the next read starts again a little
+below the newest score seen (``OVERLAP``: requests written in the same
+instant, a failover's clock), so in steady state a read is one small call.
+Every value may be forged (SPEC §8): a score that is not finite or lies in
+the future never moves the cursor, the work per read is bounded (the walk
+goes on at the next read), and the table is bounded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -30,22 +36,23 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import redis
 
 from jobmaster.api.cancels import MAX_REQUESTS
 from jobmaster.errors import JobCancelled
 from jobmaster.keys import Keys
-from jobmaster.worker.loop import run_periodically
+from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.worker.watchdog import raise_in_thread
 
 log = logging.getLogger("jobmaster.worker.cancels")
 
-INTERVAL = 1.0  # seconds between reads: a running job stops within about this
+INTERVAL = 1.0  # seconds between fallback reads: a lost message costs at most this
 PAGE = 1000  # requests read per call; more only after a flood
+PAGES = MAX_REQUESTS // PAGE + 1  # calls per read at most: the walk goes on at the next one
 OVERLAP = 2.0  # seconds re-read below the cursor (same-instant writes, a failover's clock)
-FUTURE = 86400.0  # a score further ahead of our clock than this is forged: ignored
+FUTURE = 86400.0  # a score further ahead of our clock than this never moves the cursor
 
 
 @dataclass
@@ -62,9 +69,15 @@ class CancelWatch(threading.Thread):
         super().__init__(name="jobmaster-cancels", daemon=True)
         self.redis = client
         self.key = keys.cancels
+        self.channel = keys.cancel_channel
         self.stop_event = stop
-        self._requested: dict[str, float] = {}  # jid -> when requested (Redis's clock)
-        self._cursor = -math.inf
+        # Set once subscribed: a cancel published before that is only read by
+        # the fallback, a second later; the process reports "started" after it.
+        self.subscribed = threading.Event()
+        self._requested: dict[str, float] = {}  # jid -> when requested (Redis's clock, capped)
+        self._cursor = -math.inf  # the newest genuine score read
+        self._low = -math.inf  # where the walk goes on: this score ...
+        self._skip = 0  # ... less the members of that score it has read
         self._running: dict[int, Watched] = {}  # thread id -> its job
         self._lock = threading.Lock()
 
@@ -104,9 +117,48 @@ class CancelWatch(threading.Thread):
 
     # -- the thread ----------------------------------------------------------
     def run(self) -> None:
-        # The first read at once: a job fetched as this process starts may
-        # have been cancelled long ago (requeued after a crash).
-        run_periodically("cancel requests", self.poll, INTERVAL, self.stop_event)
+        outage = OutageLog("cancel requests")
+        while not self.stop_event.is_set():
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            try:
+                pubsub.subscribe(self.channel)
+                pubsub.get_message(timeout=1.0)  # the confirmation: we are listening now
+                self.subscribed.set()
+                outage.succeeded(time.monotonic())
+                self._listen(pubsub)
+            except redis.RedisError as error:
+                if self.stop_event.is_set():
+                    return  # Redis going away after our stop is expected, not news
+                outage.failed(error, time.monotonic())
+                self.stop_event.wait(OUTAGE_BACKOFF)
+            except Exception:
+                log.exception("cancel requests: unexpected error; resubscribing")
+                self.stop_event.wait(OUTAGE_BACKOFF)
+            finally:
+                with contextlib.suppress(redis.RedisError):
+                    pubsub.close()
+
+    def _listen(self, pubsub: Any) -> None:
+        """Messages as they come; the fallback read at once (what was sent while
+        we were not subscribed is gone) and then every ``INTERVAL``."""
+        next_read = time.monotonic()
+        while not self.stop_event.is_set():
+            if time.monotonic() >= next_read:
+                self.poll()
+                next_read = time.monotonic() + INTERVAL
+            message = pubsub.get_message(timeout=max(0.0, next_read - time.monotonic()))
+            if message is not None and message.get("type") == "message":
+                self.heard(message["data"])
+
+    def heard(self, data: object) -> None:
+        """A message on the cancel channel: the jid it names is requested now."""
+        if not isinstance(data, bytes | str):
+            return
+        jid = data.decode(errors="replace") if isinstance(data, bytes) else data
+        with self._lock:
+            self._requested[jid] = time.time()
+            self._bound()
+        self._fire()
 
     def catch_up(self) -> None:
         """The first read, before this process fetches: a job requeued after a
@@ -120,6 +172,9 @@ class CancelWatch(threading.Thread):
     def poll(self) -> None:
         """Read what is new, and stop the running jobs it names."""
         self._read()
+        self._fire()
+
+    def _fire(self) -> None:
         with self._lock:
             for watched in self._running.values():
                 if not watched.fired and watched.jid in self._requested:
@@ -128,27 +183,46 @@ class CancelWatch(threading.Thread):
                     log.info("cancelling jid=%s", watched.jid, extra={"jid": watched.jid})
 
     def _read(self) -> None:
-        low = self._cursor - OVERLAP
-        ceiling = time.time() + FUTURE
-        for _ in range(MAX_REQUESTS // PAGE + 1):  # bounded, even against a flood
+        """At most ``PAGES`` pages of the walk (see the module's docstring)."""
+        for _ in range(PAGES):
             found = cast(
                 "list[tuple[bytes, float]]",
                 self.redis.zrange(
-                    self.key, f"{low!r}", "+inf", byscore=True, offset=0, num=PAGE, withscores=True
+                    self.key,
+                    f"{self._low!r}",
+                    "+inf",
+                    byscore=True,
+                    offset=self._skip,
+                    num=PAGE,
+                    withscores=True,
                 ),
             )
-            with self._lock:
-                for member, score in found:
-                    jid = member.decode(errors="replace") if isinstance(member, bytes) else member
-                    self._requested[jid] = score
-                    if math.isfinite(score) and self._cursor < score <= ceiling:
-                        self._cursor = score
-                if len(self._requested) > MAX_REQUESTS:  # the newest, as Redis keeps them
-                    newest = sorted(self._requested.items(), key=lambda item: -item[1])
-                    self._requested = dict(newest[:MAX_REQUESTS])
-            if len(found) < PAGE:
+            self._take(found)
+            if len(found) < PAGE:  # the end: next time from just below the newest
+                self._low, self._skip = self._cursor - OVERLAP, 0
                 return
             last = found[-1][1]
-            if not (math.isfinite(last) and last > low):
-                return  # a page of one score (or of forged ones): read on next time
-            low = last
+            same = sum(1 for _, score in found if score == last)
+            if last == self._low:
+                self._skip += same  # a page of one score: on past it, within it
+            else:
+                self._low, self._skip = last, same
+
+    def _take(self, found: list[tuple[bytes, float]]) -> None:
+        now = time.time()
+        ceiling = now + FUTURE
+        with self._lock:
+            for member, score in found:
+                jid = member.decode(errors="replace") if isinstance(member, bytes) else member
+                # Kept by its score, but never newer than now: forged future
+                # scores would otherwise push genuine requests out of the table.
+                self._requested[jid] = min(score, now)
+                if math.isfinite(score) and self._cursor < score <= ceiling:
+                    self._cursor = score
+            self._bound()
+
+    def _bound(self) -> None:
+        """Keep the newest ``MAX_REQUESTS`` (as Redis keeps them); under the lock."""
+        if len(self._requested) > MAX_REQUESTS:
+            newest = sorted(self._requested.items(), key=lambda item: -item[1])
+            self._requested = dict(newest[:MAX_REQUESTS])

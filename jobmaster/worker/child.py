@@ -31,7 +31,6 @@ import traceback
 
 from jobmaster import exitcodes, lifecycle
 from jobmaster.config import Config
-from jobmaster.embedded import EmbeddedRedis
 from jobmaster.identity import Identity
 from jobmaster.metrics.jobs import Reporter
 from jobmaster.pipes import MAX_JOBS, PUSH_BACK, READY, RECYCLE, STUCK, RequestReader
@@ -55,7 +54,6 @@ def serve(
     *,
     master_pid: int | None = None,
     ready_fd: int | None = None,
-    embedded: EmbeddedRedis | None = None,
     metrics: socket.socket | None = None,
     quiet: bool = False,
     slots: StartedSlots | None = None,
@@ -84,7 +82,7 @@ def serve(
     if quiet:
         worker.manager.quiet()
     worker.start()
-    steering = Steering(worker, config, master_pid, embedded, ready_fd, requests_fd)
+    steering = Steering(worker, config, master_pid, ready_fd, requests_fd)
     steering.title("")  # up: no longer "starting", before the master hears we are ready
     steering.tell_master(READY)
     manager = worker.manager
@@ -139,14 +137,12 @@ class Steering:
         worker: WorkerProcess,
         config: Config,
         master_pid: int | None,
-        embedded: EmbeddedRedis | None,
         pipe_fd: int | None = None,
         requests_fd: int | None = None,
     ) -> None:
         self.worker = worker
         self.config = config
         self.master_pid = master_pid
-        self.embedded = embedded
         self.pipe_fd = pipe_fd
         self.requests = RequestReader(requests_fd)
         self.index = worker.ctx.identity.index
@@ -223,8 +219,6 @@ class Steering:
         the same tick are each acted on: a remote stop that came with a TSTP
         was dropped when one excluded the other.
         """
-        if self.embedded is not None:
-            self.embedded.ensure_running()
         manager = self.worker.manager
         for verb, reason in self.requests.read():
             self.on_request(verb, reason)

@@ -25,11 +25,12 @@ DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for gr
 BACKGROUND_THREADS = {
     "main": 1,  # start, stop, pushing jobs back
     "heartbeat": 1,
+    "orphan scan": 1,  # its own thread: never in the heartbeat's (worker/orphan_scan.py)
     "scheduled poller": 1,
     "self-check": 1,
     "wakeup listener": 1,  # holds its pub/sub connection for as long as it is subscribed
     "watchdog": 1,  # records the outcome of a job stuck past its timeout
-    "cancel requests": 1,  # reads jobmaster.cancel's requests once a second (cancels.py)
+    "cancel requests": 2,  # its pub/sub connection, and its fallback read (cancels.py)
     "status marks": 1,  # sends the "working" marks no acknowledgement took (acks.py)
 }
 POOL_MARGIN = 2  # middleware or hooks that use the worker's client from threads of their own

@@ -15,8 +15,10 @@ Duties, each on its own period:
   lease lasts one interval and every process tries once an interval, so a
   scan still runs every interval (plus at most a beat) while any process
   lives, and a lost host's jobs are recovered within about heartbeat_ttl +
-  the interval, as when everyone scanned. The master's scan before it forks
-  (``recover_left_behind``) takes no lease;
+  the interval, as when everyone scanned. The scan itself runs on a thread
+  of its own (``on_lease``: worker/orphan_scan.py), never in this one: a
+  flood of members must not hold up our own beat. The master's scan at its
+  start (``recover_left_behind``) takes no lease;
 - delete our ``silent`` mark at each beat: a scan that found our heartbeat
   missing (deleted by someone) waits a grace for us, and our beat tells it
   we live (recovery.py's fence);
@@ -52,11 +54,15 @@ class Heartbeat(threading.Thread):
         info: Callable[[], dict[str, str | int | float]],
         on_command: Callable[[str], None],
         stop: threading.Event,
+        on_lease: Callable[[], None] = lambda: None,
     ) -> None:
+        """``on_lease``: called when this process took the orphan scan lease;
+        it must only hand the scan over (worker/orphan_scan.py), not run it."""
         super().__init__(name="jobmaster-heartbeat", daemon=True)
         self.ctx = ctx
         self.info = info
         self.on_command = on_command
+        self.on_lease = on_lease
         self.stop_event = stop
         ttl = ctx.config.heartbeat_ttl
         self.interval = liveness.beat_interval(ttl)
@@ -149,7 +155,7 @@ class Heartbeat(threading.Thread):
         if due:  # leased or not: the holder scans for this interval
             self._next_orphan_scan = now + self.orphan_interval
         if leased:
-            self.ctx.recovery.recover_orphans(self.ctx.name)
+            self.on_lease()
         return self.interval
 
     def run(self) -> None:

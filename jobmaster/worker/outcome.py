@@ -461,8 +461,11 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") ->
     limits = ctx.dead_limits
     status, tracking = outcome.status, ctx.status_ttl  # each read once: per job
     ended = status in results.ENDED
-    # An end is kept the job's result_ttl, its status, attempts and result alike.
+    # An end is kept the job's result_ttl, its status, attempts and result alike;
+    # a retry's status lives through its wait, then status_ttl (SPEC §11).
     status_ttl = (outcome.result_ttl if ended else None) or tracking
+    if tracking and outcome.kind in ("retry", "deferred"):
+        status_ttl = results.waiting_ttl(tracking, outcome.score, now)
     error_class, _, error_message = outcome.error.partition(": ")
     attempt = {
         "started_at": outcome.started_at,

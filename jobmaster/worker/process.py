@@ -29,6 +29,7 @@ from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
 from jobmaster.worker.manager import Blame, Manager
+from jobmaster.worker.orphan_scan import OrphanScanner
 from jobmaster.worker.outcome import Ran, conclude
 from jobmaster.worker.poller import ScheduledPoller
 from jobmaster.worker.selfcheck import SelfCheck
@@ -57,7 +58,14 @@ class WorkerProcess:
             self.ctx, slots, watchdog=self.watchdog, cancels=self.cancels, max_jobs=max_jobs
         )
         self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self.heartbeat = Heartbeat(self.ctx, self.info, self.commands.put, self.background_stop)
+        self.orphans = OrphanScanner(self.ctx, self.background_stop)
+        self.heartbeat = Heartbeat(
+            self.ctx,
+            self.info,
+            self.commands.put,
+            self.background_stop,
+            on_lease=self.orphans.request,
+        )
         self.poller = ScheduledPoller(self.ctx, self.background_stop)
         self.selfcheck = SelfCheck(self.ctx, self.manager, self.background_stop)
 
@@ -81,10 +89,18 @@ class WorkerProcess:
         # crash may have been cancelled meanwhile), read before the first fetch.
         when_reachable(self.cancels.catch_up, self.ctx.config.redis_url_masked)
         self.manager.start()
-        threads = (self.heartbeat, self.poller, self.selfcheck, self.watchdog, self.cancels)
+        threads = (
+            self.heartbeat,
+            self.orphans,
+            self.poller,
+            self.selfcheck,
+            self.watchdog,
+            self.cancels,
+        )
         for thread in threads:
             thread.start()
         self.manager.listener.subscribed.wait(timeout=5.0)
+        self.cancels.subscribed.wait(timeout=5.0)  # a cancel from now on is heard at once
         config = self.ctx.config
         log.info(
             "worker %s started: queues %s, %d threads",

@@ -5,6 +5,7 @@ case is in tests/process/test_cancel.py (a real master)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -171,3 +172,27 @@ def test_forged_keys_of_another_type_do_not_stop_a_cancel(
     scheduled = "e" * 24
     store.set(K.status(scheduled), "scheduled")
     assert Canceller(client).cancel(scheduled).cancelled  # a request, the set unreadable
+
+
+def test_cancel_with_wait_is_false_for_a_running_job_that_completes_first(
+    store: redis.Redis, redis_url: str
+) -> None:
+    """Issue 22 hole 6: the request was made, but the job ended on its own
+    before its worker heard it: ``cancel(wait=)`` says False, with why."""
+    jid = "c" * 24
+    store.set(K.status(jid), "working", ex=60)
+
+    def completes() -> None:
+        time.sleep(0.3)
+        store.set(K.status(jid), "complete", ex=60)
+        store.publish(K.ended_channel(jid), "complete")
+
+    ender = threading.Thread(target=completes)
+    ender.start()
+    result = Canceller(Client(redis_url)).cancel(jid, wait=5)
+    ender.join()
+    assert (result.cancelled, result.ended_as, result.pending) == (False, "complete", False)
+    assert "ended first (complete)" in result.describe()
+    store.set(K.status(jid), "working", ex=60)
+    assert jobmaster.cancel(jid, Client(redis_url), wait=0.2) is False  # nobody stops it
+    assert jobmaster.cancel(jid, Client(redis_url)) is True  # without wait: request made

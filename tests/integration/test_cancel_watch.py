@@ -177,3 +177,75 @@ def test_a_forged_cancels_key_neither_stops_a_start_nor_later_cancels(
     assert jobmaster.cancel(jid)  # replaces the forged key
     watch.poll()
     assert watch.requested(jid)
+
+
+def test_a_flood_of_one_score_hides_no_later_request(
+    watch: CancelWatch, store: redis.Redis
+) -> None:
+    """Issue 22 hole 7: 1,500 members with one score made every page of the
+    inclusive walk the same page; a genuine request after them was never read."""
+    stamp = time.time() - 1
+    store.zadd(K.cancels, {f"flood{n:05}": stamp for n in range(1500)})
+    jid = working(store, "e" * 24)
+    assert jobmaster.cancel(jid)
+    watch.poll()  # the fallback read alone (the watch's thread is not started)
+    assert watch.requested(jid)
+    assert watch.requested("flood00000") and watch.requested("flood01499")
+
+
+def test_a_flood_past_one_read_is_walked_through_in_later_reads(
+    watch: CancelWatch, store: redis.Redis
+) -> None:
+    """More members of one score than a read may take: each read goes on where
+    the last stopped, so the genuine request is read after a few reads."""
+    stamp = time.time() - 1
+    for start in range(0, 30_000, 5000):
+        store.zadd(K.cancels, {f"flood{n:05}": stamp for n in range(start, start + 5000)})
+    store.zadd(K.cancels, {"g" * 24: time.time()})  # as CANCEL_REQUEST scores it
+    for _ in range(4):
+        watch.poll()
+    assert watch.requested("g" * 24)
+
+
+def test_forged_near_future_scores_push_out_no_genuine_request(
+    watch: CancelWatch, store: redis.Redis
+) -> None:
+    """The set kept its 10,000 highest scores: 10,000 forged ones an hour ahead
+    trimmed every genuine request as it was made."""
+    ahead = time.time() + 3600
+    store.zadd(K.cancels, {f"ahead{n:05}": ahead + n for n in range(10_000)})
+    jid = working(store, "h" * 24)
+    assert jobmaster.cancel(jid)
+    assert store.zscore(K.cancels, jid) is not None
+    assert store.zcount(K.cancels, time.time() + 120, "+inf") == 0  # the forged ones went
+    watch.poll()
+    assert watch.requested(jid)
+
+
+def test_a_running_job_hears_its_cancel_at_once_not_at_the_next_read(
+    watch: CancelWatch, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 hole 6: the watch hears the cancel channel; the periodic read
+    (here once a minute) is only the fallback for a lost message."""
+    monkeypatch.setattr("jobmaster.worker.cancels.INTERVAL", 60.0)
+    jid = working(store, "i" * 24)
+    stopped = threading.Event()
+
+    def job() -> None:
+        with contextlib.suppress(JobCancelled), watch.running(jid):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        stopped.set()
+
+    watch.start()
+    assert watch.subscribed.wait(5)
+    thread = threading.Thread(target=job)
+    thread.start()
+    time.sleep(0.2)  # past the watch's first read: only the message can stop it now
+    asked = time.monotonic()
+    assert jobmaster.cancel(jid)
+    assert stopped.wait(5)
+    took = time.monotonic() - asked
+    thread.join(timeout=5)
+    assert took < 1.0, f"stopped {took:.2f}s after the cancel"

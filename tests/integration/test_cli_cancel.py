@@ -56,14 +56,20 @@ def test_an_ended_job_exits_1_with_one_line(redis_url: str) -> None:
 
 def test_json_says_what_was_found_and_done(redis_url: str, store: redis.Redis) -> None:
     store.set(K.status("a" * 24), "working")
-    running = run("cancel", "a" * 24, "--json", "--redis-url", redis_url)
+    running = run("cancel", "a" * 24, "--wait", "0", "--json", "--redis-url", redis_url)
     assert running.exit_code == 0
     assert json.loads(running.output) == {
         "jid": "a" * 24,
         "cancelled": True,
         "status": "working",
         "removed_from": None,
+        "ended_as": None,
+        "pending": False,
     }
+    # No worker confirms it (none runs): not cancelled, as far as anyone knows.
+    waited = run("cancel", "a" * 24, "--wait", "0.3", "--json", "--redis-url", redis_url)
+    assert waited.exit_code == 1
+    assert json.loads(waited.output)["pending"] is True
     unknown = run("cancel", "b" * 24, "--json", "--redis-url", redis_url)
     assert unknown.exit_code == 1
     assert json.loads(unknown.output)["cancelled"] is False

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobmaster.cli import main
-from jobmaster.embedded import EmbeddedRedis
+from jobmaster.embedded import EmbeddedRedis, embedded_url
 from jobmaster.errors import JobmasterError
 from tests.process.conftest import ROOT, jobmaster_command
 
@@ -101,3 +101,63 @@ def test_start_refuses_before_touching_anything(short_tmp_dir: Path) -> None:
     with pytest.raises(JobmasterError, match=f"data_dir {data} is open to other users"):
         EmbeddedRedis(data).start()
     assert list(data.iterdir()) == []
+
+
+def test_a_data_dir_that_is_a_symbolic_link_is_refused(short_tmp_dir: Path) -> None:
+    """Issue 23 item 5: os.stat followed ``dd -> <another dir>``; whoever can
+    write where the link lies could repoint it after the check."""
+    target = short_tmp_dir / "target"
+    target.mkdir(mode=0o700)
+    link = short_tmp_dir / "dd"
+    link.symlink_to(target)
+    with pytest.raises(JobmasterError, match=f"data_dir {link} is a symbolic link"):
+        EmbeddedRedis(link).start()
+    with pytest.raises(JobmasterError, match="is a symbolic link"):
+        embedded_url(link)  # a producer refuses it too
+    assert list(target.iterdir()) == []
+    dangling = short_tmp_dir / "dangling"
+    dangling.symlink_to(short_tmp_dir / "nowhere")
+    with pytest.raises(JobmasterError, match="is a symbolic link"):
+        EmbeddedRedis(dangling).start()
+    assert not (short_tmp_dir / "nowhere").exists()  # nothing created through it
+
+
+def test_a_data_dir_in_a_directory_others_may_write_is_refused(short_tmp_dir: Path) -> None:
+    """Its own mode 0700 is not enough: whoever can write the parent can rename
+    it away and put their own directory in its place after the check."""
+    shared = short_tmp_dir / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    data = shared / "data"
+    data.mkdir(mode=0o700)
+    with pytest.raises(JobmasterError, match=f"lies in {shared}, which other users may write"):
+        EmbeddedRedis(data).start()
+    assert list(data.iterdir()) == []
+    with pytest.raises(JobmasterError, match="which other users may write"):
+        embedded_url(data)
+
+
+def test_a_data_dir_in_a_sticky_directory_like_tmp_is_accepted(short_tmp_dir: Path) -> None:
+    """Sticky (1777, as /tmp): nobody may rename an entry they do not own."""
+    sticky = short_tmp_dir / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    server = EmbeddedRedis(sticky / "data")
+    server.start()
+    try:
+        with server.process.client() as store:
+            assert store.ping()
+    finally:
+        server.stop()
+    assert embedded_url(sticky / "data").startswith("unix://")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to nobody")
+def test_a_data_dir_under_another_users_directory_is_refused(short_tmp_dir: Path) -> None:
+    theirs = short_tmp_dir / "theirs"
+    theirs.mkdir(mode=0o755)
+    data = theirs / "data"
+    data.mkdir(mode=0o700)
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(JobmasterError, match=f"lies in {theirs}, which belongs to uid {NOBODY}"):
+        EmbeddedRedis(data).start()

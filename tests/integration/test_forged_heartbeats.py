@@ -12,6 +12,7 @@ from jobmaster.client import Client
 from jobmaster.config import Config
 from jobmaster.identity import Identity
 from jobmaster.keys import Keys
+from jobmaster.orphans import recover_orphans
 from jobmaster.worker.context import WorkerContext
 
 K = Keys()
@@ -43,6 +44,6 @@ def test_a_forged_heartbeat_is_passed_over_and_the_others_are_recovered(
     monkeypatch.setattr(liveness, "provably_dead", judge_badly)
     ctx = WorkerContext.create(make_config(), Identity())
     ctx.recovery.silent_grace = 0.0  # the fence is tested apart (test_orphan_scan.py)
-    reports = ctx.recovery.recover_orphans(ctx.name)  # no exception escapes
+    reports = recover_orphans(ctx.recovery, ctx.name)  # no exception escapes
     assert reports["lost:2:cafebabe"].requeued == [jid]
     assert forged not in reports

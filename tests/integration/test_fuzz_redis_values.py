@@ -44,6 +44,7 @@ from jobmaster.deadset import DeadSetLimits
 from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.metrics.queues import QueueWatch
+from jobmaster.orphans import recover_orphans
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.recovery import Recovery
 from jobmaster.scripts import Scripts
@@ -218,7 +219,8 @@ def parts(
         queue_watch=QueueWatch(client, config.namespace, config.queue_names),
     )
     ctx = WorkerContext.create(config, Identity(hostname="fuzzhost", nonce="0000c0de"))
-    heartbeat = Heartbeat(ctx, dict, lambda command: None, threading.Event())
+    scan = lambda: recover_orphans(ctx.recovery, ctx.name)  # noqa: E731 - the scanner's work, inline
+    heartbeat = Heartbeat(ctx, dict, lambda command: None, threading.Event(), scan)
     ctx.recovery.silent_grace = 0.0  # one scan recovers (the fence: test_orphan_scan.py)
     poller = ScheduledPoller(ctx, threading.Event())
     yield duties, heartbeat, poller
@@ -272,7 +274,7 @@ def test_any_value_where_the_master_and_children_read_crashes_nothing_and_loses_
         duties.publish(MasterState(1, False, False, (child,)))
         duties.requeue(DeadChild(DEAD_CHILD, "child 2 (pid 2)", None, True, time.monotonic()))
         with caplog.at_level(logging.INFO):
-            duties.recovery.recover_orphans(MASTER)  # the master's scan before it forks
+            recover_orphans(duties.recovery, MASTER)  # the master's scan before it forks
             duties.run_pass(time.monotonic())
             heartbeat._next_orphan_scan = 0.0
             with contextlib.suppress(redis.RedisError):  # logged by its loop, tried again

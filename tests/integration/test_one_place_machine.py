@@ -97,6 +97,7 @@ from jobmaster.deadset import DeadSetLimits
 from jobmaster.errors import Permanent
 from jobmaster.identity import Identity
 from jobmaster.keys import Keys
+from jobmaster.orphans import recover_orphans
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery, RecoveryReport
 from jobmaster.scripts import Scripts
@@ -580,7 +581,7 @@ class OnePlace(RuleBasedStateMachine):
         heartbeat is gone has its list requeued and is forgotten."""
         worker, model = self.workers[slot], self.model
         orphans = model.registered - model.beating - {worker.name}
-        reports = worker.ctx.recovery.recover_orphans(worker.name)
+        reports = recover_orphans(worker.ctx.recovery, worker.name)
         assert set(reports) == orphans
         # No rule orders the orphans: they are requeued as Redis lists its set.
         for identity, report in reports.items():

@@ -31,6 +31,7 @@ from jobmaster.keys import Keys
 from jobmaster.metrics.queues import QueueWatch
 from jobmaster.middleware.base import JobContext
 from jobmaster.middleware.rate_limit import RateLimit
+from jobmaster.orphans import recover_orphans
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery
@@ -178,6 +179,13 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
     pills = [raw for raw in entries if raw not in survivor]
     recovery.requeue(dying, pills, triage=crash_triage(1, "", "SIGKILL"))
     assert store.zcard(K.dead) == 3  # member 2, the pill, member 4
+    # The orphan scan (JUDGE_ORPHANS): a silent member fenced, then recovered.
+    store.sadd(K.processes, "host:1:silent")
+    fenced = Recovery(store, K, client.scripts, DeadSetLimits(100, 30), 60, silent_grace=0.01)
+    recover_orphans(fenced, "host:1:me")
+    time.sleep(0.02)  # the grace: its mark is old enough now
+    recover_orphans(fenced, "host:1:me")
+    assert not store.sismember(K.processes, "host:1:silent")
     assert len(DeadSet(client).page(0, 10)) == 3  # PEEK: the operator's listings
     Queue("default", client).page(0, 10)  # PEEK_LIST: a queue's page
 

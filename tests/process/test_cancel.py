@@ -84,6 +84,25 @@ def test_a_running_job_stops_within_a_second_and_is_not_retried(
     assert jobmaster.cancel(jid, client) is False  # it has ended
 
 
+def test_cancel_with_wait_says_true_only_for_a_job_its_worker_stopped(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
+) -> None:
+    """Issue 22 hole 6: 0.5 s jobs cancelled as they start. The worker hears the
+    request at once (not at its next once-a-second read): each one stops, and
+    ``cancel(wait=5)`` answers True exactly when its final status is cancelled."""
+    start_master(run_jobmaster, write_config, store)
+    client = Client(redis_url)
+    answers = []
+    for n in range(6):
+        jid = jobs.stubborn.options(retry=0).enqueue(f"short{n}", 0.5)
+        assert jid is not None
+        wait_until(lambda jid=jid: running_on(store, jid), timeout=20, message="running")
+        answer = jobmaster.cancel(jid, client, wait=5)
+        answers.append((answer, client.status(jid)))
+    assert all(said == (status == "cancelled") for said, status in answers), answers
+    assert answers == [(True, "cancelled")] * 6, answers
+
+
 def test_a_cancel_reaches_a_job_on_another_master(
     run_jobmaster: Run, write_config: Write, store: redis.Redis, redis_url: str
 ) -> None:
@@ -155,16 +174,18 @@ def test_jobmaster_cancel_from_a_shell_stops_a_running_job(
             command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=False
         )
 
-    sent = cancel("--json")
+    sent = cancel("--json")  # waits (5 s by default) for the worker to confirm
     assert sent.returncode == 0, sent.stderr
     assert json.loads(sent.stdout) == {
         "jid": jid,
         "cancelled": True,
         "status": "working",
         "removed_from": None,
+        "ended_as": "cancelled",
+        "pending": False,
     }
     client = Client(redis_url)
-    wait_until(lambda: client.status(jid) == "cancelled", timeout=5, message="status cancelled")
+    assert client.status(jid) == "cancelled"
     late = cancel()
     assert late.returncode == 1
     assert late.stderr == f"jobmaster: {jid}: not cancelled, it has already ended (cancelled)\n"

@@ -294,7 +294,7 @@ def test_cancel_request() -> None:
     check(
         named(S.CancelRequest),
         {"status_key": 1, "cancels_key": 2, "cancelled_key": 3},
-        {"jid": 1, "keep_for": 2, "most": 3},
+        {"jid": 1, "keep_for": 2, "most": 3, "future": 4, "channel": 5},
     )
 
 
@@ -351,6 +351,7 @@ def test_every_builder_has_a_test_here() -> None:
         "FindQueued",
         "Cancel",
         "CancelStep",
+        "JudgeOrphans",
     }
     assert builders == tested
 
@@ -368,3 +369,19 @@ def test_every_script_has_its_builder() -> None:
         for cls in S.ScriptCall.__subclasses__()
     }
     assert registered == builders
+
+
+def test_judge_orphans() -> None:
+    call = S.JudgeOrphans(
+        processes_key="<processes>",
+        heartbeat_keys=["<hb1>", "<hb2>"],
+        mark_keys=["<mark1>", "<mark2>"],
+        inprogress_keys=["<list1>", "<list2>"],
+        window_ms=4000,
+        grace_ms=1000,
+        identities=["a", "b"],
+        fields=["identity", "pid"],
+    )
+    triples = ["<hb1>", "<mark1>", "<list1>", "<hb2>", "<mark2>", "<list2>"]
+    assert call.keys() == ["<processes>", *triples]
+    assert call.argv() == [4000, 1000, 2, "a", "b", "identity", "pid"]

@@ -51,7 +51,7 @@ def steering(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         stuck=queue.SimpleQueue(),
     )
     read_end, write_end = os.pipe()
-    steer = Steering(worker, Config(), None, None, None, read_end)  # type: ignore[arg-type]
+    steer = Steering(worker, Config(), None, None, read_end)  # type: ignore[arg-type]
     steer.dumps = dumps  # type: ignore[attr-defined]
     steer.requests_w = write_end  # type: ignore[attr-defined]
     try:

@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from jobmaster import results
 from jobmaster.api import Canceller, JobRecord
-from jobmaster.api.cancels import CANCELLABLE
+from jobmaster.api.cancels import CANCELLABLE, CONFIRM_WAIT
 from jobmaster.web.dashboard import SETS, dashboard
 from jobmaster.web.formatting import record_arguments
 from jobmaster.web.routing import action, page, render, to
@@ -72,7 +72,9 @@ def job_cancel(request: Request, form: FormData) -> tuple[str, str]:
     jid = request.path_params["jid"]
     page_of_job = f"/jobs/{quote(jid, safe='')}"
     back = "/busy" if form.get("back") == "/busy" else page_of_job
-    result = Canceller(dashboard(request).client).cancel(jid)
+    # Waits for a running job's end (in the threadpool), so the flash says
+    # what happened, as `jobmaster cancel` does.
+    result = Canceller(dashboard(request).client).cancel(jid, CONFIRM_WAIT)
     return result.describe(), back
 
 
