@@ -20,6 +20,25 @@ acknowledgements and requeues are still recorded when Redis is full. That
 holds for scripts without a ``#!lua`` shebang; one with a shebang is refused
 whole under OOM unless it declares ``allow-oom``: keep that in mind before
 adding one.
+
+Status lifetimes (SPEC §11: a status lives as long as its job waits or runs,
+then ``status_ttl``). A job's status is written by the script that moves the
+job, so its TTL follows where the job is:
+- in a queue: "queued" with no TTL at all (PUSH, PUSH_UNIQUE, PERIODIC, a
+  batch's or a chain's push, TRANSFER into a queue). How long a job waits in
+  a queue is not known when it is pushed, and refreshing every waiting
+  job's status would cost work per job and per pass. A queued job leaves its
+  queue only by FETCH (then its status is rewritten with a TTL by MARK,
+  FINISH, TRANSFER or BURY, or it is "queued" again after a requeue), by
+  CANCEL (its end, with a TTL), or by a deletion (``Queue.delete`` and
+  ``Queue.clear``, which give the statuses of what they drop a TTL,
+  EXPIRE_WAITING, a page at a time): no status without a TTL outlives its
+  job's place in a queue.
+- scheduled or waiting for a retry: its wait plus ``status_ttl``
+  (results.waiting_ttl);
+- running: "working", kept alive by its process's heartbeat (MARK again:
+  worker/acks.py) while the job runs;
+- ended: ``status_ttl`` (or the job's ``result_ttl``) from its end.
 """
 
 from __future__ import annotations
@@ -60,8 +79,8 @@ class ScriptCall(ABC):
 # PUSH: enqueue payloads on one queue, mark them queued, wake idle workers.
 # KEYS[1] queue list, KEYS[2] set of queue names,
 # KEYS[3..] each payload's status key, in payload order (none when ARGV[3] is 0)
-# ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3] status TTL (s, 0 = off),
-# ARGV[4..] payloads
+# ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3] status on (> 0; 0 = off;
+# a queued status has no TTL: module docstring), ARGV[4..] payloads
 # Returns the number of payloads pushed.
 PUSH = """
 local n = #ARGV - 3
@@ -69,8 +88,8 @@ for i = 4, #ARGV, 500 do
   redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
 end
 redis.call('SADD', KEYS[2], ARGV[1])
-if tonumber(ARGV[3]) > 0 then
-  for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued', 'EX', ARGV[3]) end
+if tonumber(ARGV[3]) > 0 then  -- no TTL while it waits (module docstring)
+  for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued') end
 end
 redis.call('PUBLISH', ARGV[2], n)
 return n
@@ -371,7 +390,7 @@ local function push_job(via, queue_key, status_key, queue, payload)
   end
   redis.call('LPUSH', queue_key, payload)
   redis.pcall('SADD', via.queues, queue)
-  if via.status_prefix ~= '' then redis.call('SET', status_key, 'queued', 'EX', via.ttl) end
+  if via.status_prefix ~= '' then redis.call('SET', status_key, 'queued') end  -- no TTL
   redis.call('PUBLISH', via.wakeup .. queue, 1)
 end
 local function fire(batch, which, now, via, targets)
@@ -709,7 +728,8 @@ class BatchAdd(ScriptCall):
 # ARGV[5] score (zset target), ARGV[6] queue name (list target),
 # ARGV[7] wakeup channel ('' for none), ARGV[8] sorted set cap (0 = none),
 # ARGV[9] sorted set cutoff score (entries below it go; '-inf' for none),
-# ARGV[10] the job's new status ('' = leave it), ARGV[11] status TTL (s)
+# ARGV[10] the job's new status ('' = leave it), ARGV[11] status TTL (s; none
+# into a queue: module docstring)
 # Returns 1 if moved, 0 if the entry was no longer in the source, or the
 # target's type ('string', 'hash'...) when it holds another type than the
 # move needs (nothing done; the entry is still in its source).
@@ -747,7 +767,13 @@ else
   redis.pcall('SADD', KEYS[3], ARGV[6])
   if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], 1) end
 end
-if ARGV[10] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11]) end
+if ARGV[10] ~= '' then
+  if ARGV[4] == 'zset' then
+    redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11])
+  else  -- into a queue: no TTL while it waits (module docstring)
+    redis.call('SET', KEYS[4], ARGV[10])
+  end
+end
 """
 TRANSFER = TRANSFER_BODY + "return 1\n"
 
@@ -902,7 +928,7 @@ class BuryStep(ScriptCall):
 # KEYS[3] set of queue names, KEYS[4] the unique lock (any key if not unique),
 # KEYS[5..] each payload's status key, in triple order (none when ARGV[4] is 0)
 # ARGV[1] entry name, ARGV[2] queue name, ARGV[3] wakeup channel,
-# ARGV[4] status TTL (s, 0 = off), ARGV[5] unique lock TTL (s, 0 = not unique),
+# ARGV[4] status on (> 0; queued: no TTL), ARGV[5] unique lock TTL (s, 0 = not unique),
 # ARGV[6..] triples of slot (unix time), payload and jid, oldest slot first
 # Returns the number of payloads pushed.
 PERIODIC = """
@@ -914,8 +940,8 @@ for i = 6, #ARGV, 3 do
     if tonumber(ARGV[5]) == 0
         or redis.call('SET', KEYS[4], ARGV[i + 2], 'NX', 'EX', ARGV[5]) then
       redis.call('LPUSH', KEYS[2], ARGV[i + 1])
-      if tonumber(ARGV[4]) > 0 then
-        redis.call('SET', KEYS[5 + (i - 6) / 3], 'queued', 'EX', ARGV[4])
+      if tonumber(ARGV[4]) > 0 then  -- no TTL while it waits (module docstring)
+        redis.call('SET', KEYS[5 + (i - 6) / 3], 'queued')
       end
       pushed = pushed + 1
     end
@@ -975,7 +1001,7 @@ class Periodic(ScriptCall):
 # KEYS[3] set of queue names, KEYS[4] the job's status key
 # ARGV[1] jid, ARGV[2] lock TTL (s), ARGV[3] payload, ARGV[4] 'queue' | 'zset',
 # ARGV[5] score (zset), ARGV[6] queue name, ARGV[7] wakeup channel,
-# ARGV[8] status TTL (s, 0 = off)
+# ARGV[8] status TTL (s, 0 = off; a queued one gets none: module docstring)
 # Returns 1 if enqueued, 0 if a job already holds the lock.
 PUSH_UNIQUE = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
@@ -985,7 +1011,7 @@ if ARGV[4] == 'zset' then
 else
   redis.call('LPUSH', KEYS[2], ARGV[3])
   redis.call('SADD', KEYS[3], ARGV[6])
-  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'queued', 'EX', ARGV[8]) end
+  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'queued') end  -- no TTL
   redis.call('PUBLISH', ARGV[7], 1)
 end
 return 1
@@ -1184,6 +1210,74 @@ class PeekList(ScriptCall):
 
     def argv(self) -> list[Arg]:
         return [self.start, self.stop, self.keep]
+
+
+# POP_OLDEST: take up to ARGV[1] entries off a queue's fetch end (the oldest),
+# each cut to its first ARGV[2] bytes with its full length, as PEEK_LIST
+# reads them: a queue being cleared a page at a time (``Queue.clear``), so
+# that the statuses of what it drops can be given a TTL (EXPIRE_WAITING)
+# without a forged 100 MB entry crossing the wire. A key that is not a list
+# (forged) holds no job: nothing is taken.
+# KEYS[1] the queue list
+# ARGV[1] the most entries to take, ARGV[2] bytes kept of each
+# Returns {entry's first bytes, its length, ...}, oldest first; {} when empty.
+POP_OLDEST = """
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {} end
+local taken = redis.call('RPOP', KEYS[1], ARGV[1])
+if not taken then return {} end
+local keep = tonumber(ARGV[2])
+local out = {}
+for i = 1, #taken do
+  out[#out + 1] = string.sub(taken[i], 1, keep)
+  out[#out + 1] = #taken[i]
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class PopOldest(ScriptCall):
+    queue_key: str
+    most: int
+    keep: int  # bytes kept
+
+    def keys(self) -> list[str]:
+        return [self.queue_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.most, self.keep]
+
+
+# EXPIRE_WAITING: give a TTL to the statuses, among KEYS, that have none: the
+# "queued" statuses of jobs dropped from a queue without an outcome (a delete,
+# a clear; see the module docstring). A status that has a TTL already (the
+# job ended, or waits in a set) keeps it. ``EXPIRE NX`` does this from Redis
+# 7.0; 6.2 is still served.
+# KEYS[1..] status keys
+# ARGV[1] the TTL (s)
+# Returns how many were given one.
+EXPIRE_WAITING = """
+local given = 0
+for i = 1, #KEYS do
+  if redis.call('TTL', KEYS[i]) == -1 then
+    redis.call('EXPIRE', KEYS[i], ARGV[1])
+    given = given + 1
+  end
+end
+return given
+"""
+
+
+@dataclass(frozen=True)
+class ExpireWaiting(ScriptCall):
+    status_keys: Sequence[str]
+    ttl: int  # seconds
+
+    def keys(self) -> list[str]:
+        return list(self.status_keys)
+
+    def argv(self) -> list[Arg]:
+        return [self.ttl]
 
 
 # CONTROL_POP: take the oldest remote commands of one process's control list,
@@ -1561,6 +1655,8 @@ class Scripts:
         self.queue_ends = client.register_script(QUEUE_ENDS)
         self.peek = client.register_script(PEEK)
         self.peek_list = client.register_script(PEEK_LIST)
+        self.pop_oldest = client.register_script(POP_OLDEST)
+        self.expire_waiting = client.register_script(EXPIRE_WAITING)
         self.rate_count = client.register_script(RATE_COUNT)
         self.cancel_request = client.register_script(CANCEL_REQUEST)
         self.find_queued = client.register_script(FIND_QUEUED)

@@ -20,7 +20,7 @@ from typing import Any, cast
 from jobmaster.api.base import PAGE, Backend, Connection, as_bytes, texts
 from jobmaster.api.records import PEEK_BYTES, JobRecord
 from jobmaster.connection import byte_list
-from jobmaster.scripts import PeekList
+from jobmaster.scripts import PeekList, PopOldest
 
 
 class Queue:
@@ -94,21 +94,38 @@ class Queue:
         member = cast(str, found.raw)  # redis-py's stubs say str; bytes are sent as they are
         if not self.backend.redis.lrem(self.key, 1, member):
             return False
+        self.backend.expire_waiting([found.jid])  # its "queued" status has no TTL
         self.backend.release_unique(found.payload)
         return True
 
     def clear(self) -> int:
-        """Drop every job of the queue; returns how many there were.
+        """Drop every job the queue holds now; returns how many there were.
 
+        Taken from the fetch end a page at a time (POP_OLDEST, each entry read
+        to ``PEEK_BYTES`` only), so that each dropped job's "queued" status,
+        which has no TTL while its job waits, gets one (``expire_waiting``):
+        else it would outlive the job for good. Jobs pushed meanwhile stay.
         The name leaves ``keys.queues`` as well (the next push adds it back); a
         paused queue stays paused. Unique locks of the dropped jobs are left to
-        expire: reading every entry first would make clearing a big queue slow.
+        expire.
         """
-        pipe = self.backend.redis.pipeline(transaction=True)
+        backend = self.backend
+        left, dropped = self.size(), 0
+        while left > 0:
+            call = PopOldest(queue_key=self.key, most=min(PAGE, left), keep=PEEK_BYTES)
+            records = records_of(call.run(backend.scripts.pop_oldest))
+            if not records:
+                break
+            backend.expire_waiting(record.jid for record in records)
+            dropped += len(records)
+            left -= len(records)
+        pipe = backend.redis.pipeline(transaction=True)
         pipe.llen(self.key)
-        pipe.delete(self.key)
-        pipe.srem(self.backend.keys.queues, self.name)
-        return int(pipe.execute()[0])
+        pipe.srem(backend.keys.queues, self.name)
+        if not pipe.execute()[0]:
+            return dropped
+        backend.redis.sadd(backend.keys.queues, self.name)  # pushed to meanwhile
+        return dropped
 
     def pause(self) -> None:
         """Workers stop fetching from it (jobs already running finish)."""

@@ -41,7 +41,7 @@ class Counted:
 def acks_on(store: redis.Redis) -> tuple[Acks, Counted, Scripts]:
     scripts = Scripts(store)
     mark = Counted(scripts.mark)
-    return Acks(store, Marking(mark, INPROG, 600)), mark, scripts  # type: ignore[arg-type]
+    return Acks(store, Marking(mark, INPROG, 600, 60)), mark, scripts  # type: ignore[arg-type]
 
 
 def test_a_job_still_running_after_the_delay_is_marked_working(store: redis.Redis) -> None:

@@ -280,6 +280,16 @@ def test_peek_list() -> None:
     check(named(S.PeekList), {"key": 1}, {"start": 1, "stop": 2, "keep": 3})
 
 
+def test_pop_oldest() -> None:
+    check(named(S.PopOldest), {"queue_key": 1}, {"most": 1, "keep": 2})
+
+
+def test_expire_waiting() -> None:
+    call = named(S.ExpireWaiting, status_keys=["a", "b"])
+    check(call, {}, {"ttl": 1}, elsewhere=("status_keys",))
+    assert call.keys() == ["a", "b"]
+
+
 def test_control_pop() -> None:
     check(named(S.ControlPop), {"key": 1}, {"most": 1, "keep": 2})
 
@@ -345,6 +355,8 @@ def test_every_builder_has_a_test_here() -> None:
         "BatchCancel",
         "Peek",
         "PeekList",
+        "PopOldest",
+        "ExpireWaiting",
         "ControlPop",
         "QueueEnds",
         "CancelRequest",
