@@ -1437,21 +1437,39 @@ class CancelRequest(ScriptCall):
 # ``jid`` it is (an argument that mentions the jid is no match); one cjson
 # cannot decode is matched by its ``"jid":"<jid>"`` text. A key that is not
 # a list (forged) holds no job. Read-only.
+# With a byte cap (ARGV[4] > 0: a job's page, which shows the entry, not
+# cancel, which needs it whole to remove it), an entry over the cap is
+# matched by its text only (never decoded) and only its first bytes are
+# returned: a forged 100 MB entry costs the page that many bytes, not the
+# entry (it is still copied into Lua, in Redis, for a moment).
 # KEYS[1] the queue list
-# ARGV[1] jid, ARGV[2] first index of the page, ARGV[3] page size
-# Returns {index, entry} when found, {next page's index} when not, {-1} at
-# the end of the list.
+# ARGV[1] jid, ARGV[2] first index of the page, ARGV[3] page size,
+# ARGV[4] bytes kept of the entry found (0 = all of it)
+# Returns {index, entry (or its first ARGV[4] bytes), its length} when found,
+# {next page's index} when not, {-1} at the end of the list.
 FIND_QUEUED = """
 local jid, start, size = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local keep = tonumber(ARGV[4])
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {-1} end
 local page = redis.call('LRANGE', KEYS[1], start, start + size - 1)
+local by_text = '"jid":"' .. jid .. '"'
 for i, entry in ipairs(page) do
   if string.find(entry, jid, 1, true) then
-    local ok, decoded = pcall(cjson.decode, entry)
-    if ok then
-      if type(decoded) == 'table' and decoded.jid == jid then return {start + i - 1, entry} end
-    elseif string.find(entry, '"jid":"' .. jid .. '"', 1, true) then
-      return {start + i - 1, entry}
+    local found
+    if keep > 0 and #entry > keep then
+      found = string.find(entry, by_text, 1, true)
+    else
+      local ok, decoded = pcall(cjson.decode, entry)
+      if ok then
+        found = type(decoded) == 'table' and decoded.jid == jid
+      else
+        found = string.find(entry, by_text, 1, true)
+      end
+    end
+    if found then
+      local shown = entry
+      if keep > 0 and #entry > keep then shown = string.sub(entry, 1, keep) end
+      return {start + i - 1, shown, #entry}
     end
   end
 end
@@ -1466,12 +1484,13 @@ class FindQueued(ScriptCall):
     jid: str
     start: int  # first index of the page
     size: int  # entries in the page
+    keep: int = 0  # bytes kept of the entry found (0 = all of it)
 
     def keys(self) -> list[str]:
         return [self.queue_key]
 
     def argv(self) -> list[Arg]:
-        return [self.jid, self.start, self.size]
+        return [self.jid, self.start, self.size, self.keep]
 
 
 # CANCEL: remove a waiting job (from its queue, the scheduled or the retry

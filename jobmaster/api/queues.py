@@ -20,7 +20,9 @@ from typing import Any, cast
 from jobmaster.api.base import PAGE, Backend, Connection, as_bytes, texts
 from jobmaster.api.records import PEEK_BYTES, JobRecord
 from jobmaster.connection import byte_list
-from jobmaster.scripts import PeekList, PopOldest
+from jobmaster.scripts import FindQueued, PeekList, PopOldest
+
+FIND_PAGE = 1000  # queue entries FIND_QUEUED looks at per call (a short step for Redis)
 
 
 class Queue:
@@ -79,6 +81,22 @@ class Queue:
         if count <= 0 or start < 0:
             return []
         return self.peek(start, start + count - 1)
+
+    def locate(self, jid: str, keep: int = PEEK_BYTES) -> tuple[bytes, int] | None:
+        """The job's entry, searched a page at a time inside Redis (FIND_QUEUED:
+        only the entry found crosses the wire), cut to its first ``keep`` bytes
+        (0: whole, as a removal needs it), and its full length; None if it is
+        not queued here."""
+        start = 0
+        while start >= 0:
+            find = FindQueued(queue_key=self.key, jid=jid, start=start, size=FIND_PAGE, keep=keep)
+            reply = find.run(self.backend.scripts.find_queued)
+            if len(reply) == 1:
+                start = int(reply[0])
+                continue
+            raw = reply[1] if isinstance(reply[1], bytes) else str(reply[1]).encode()
+            return raw, int(reply[2])
+        return None
 
     def find(self, jid: str) -> JobRecord | None:
         return next((record for record in self if record.jid == jid), None)
@@ -143,6 +161,22 @@ class Queue:
 
     def is_paused(self) -> bool:
         return bool(self.backend.redis.sismember(self.backend.keys.paused, self.name))
+
+
+def find_queued(
+    backend: Backend, jid: str, keep: int = PEEK_BYTES
+) -> tuple[Queue, bytes, int] | None:
+    """The queue that holds the job, its entry (its first ``keep`` bytes; 0:
+    whole) and the entry's full length: ``Queue.locate`` over the queues jobs
+    were pushed to (a paused one too: not ``Queue.all``, which also reads the
+    paused set, a key the producer's ACL user may not read)."""
+    for queue in (
+        Queue(name, backend) for name in texts(backend.redis.smembers(backend.keys.queues))
+    ):
+        found = queue.locate(jid, keep)
+        if found is not None:
+            return queue, *found
+    return None
 
 
 def records_of(reply: Any) -> list[JobRecord]:

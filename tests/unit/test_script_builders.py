@@ -309,7 +309,7 @@ def test_cancel_request() -> None:
 
 
 def test_find_queued() -> None:
-    check(named(S.FindQueued), {"queue_key": 1}, {"jid": 1, "start": 2, "size": 3})
+    check(named(S.FindQueued), {"queue_key": 1}, {"jid": 1, "start": 2, "size": 3, "keep": 4})
 
 
 def test_cancel() -> None:
