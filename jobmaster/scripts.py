@@ -195,6 +195,18 @@ class Mark(ScriptCall):
         return [value for _, raw, ttl_ms in self.marks for value in (raw, ttl_ms)]
 
 
+# A job's status when the process moving it keeps none (track_status off
+# there: its new status is ''), while a producer that keeps them wrote
+# "queued" with no TTL: the job leaving its queue for anything but a queue
+# gives that status ``ttl``, or it would outlive the job for good (module
+# docstring, "Status lifetimes"). A status that has a TTL keeps it.
+EXPIRE_LEFT = """
+local function expire_left(key, ttl)
+  if redis.call('TTL', key) == -1 then redis.call('EXPIRE', key, ttl) end
+end
+"""
+
+
 # FINISH: record a job's outcome and acknowledge it, as one step, so the
 # job leaves the in-progress list only once its outcome is stored.
 # KEYS[1] in-progress list, KEYS[2] processed total, KEYS[3] processed today,
@@ -207,7 +219,8 @@ class Mark(ScriptCall):
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
 # ARGV[5] payload to store in the target, ARGV[6] its score,
 # ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go),
-# ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON; '' = none),
+# ARGV[9] new status ('' = status off: a status left with no TTL gets ARGV[11],
+# EXPIRE_LEFT), ARGV[10] this attempt (JSON; '' = none),
 # ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
 # (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend),
 # ARGV[15] the job's return value as JSON ('' = none: not complete, or it
@@ -238,7 +251,7 @@ class Mark(ScriptCall):
 # each call removes one: each copy is a fetch of its own (running.py).
 # Returns 1 if the payload was still in the in-progress list, else 0; the
 # target's type when it holds another type and the payload is still listed.
-FINISH_BODY = """
+FINISH_BODY = EXPIRE_LEFT + """
 if ARGV[4] ~= '' then
   local held = redis.call('TYPE', KEYS[6])['ok']
   if held ~= 'zset' and held ~= 'none' then
@@ -279,6 +292,8 @@ if ARGV[9] ~= '' then
   end
   if ARGV[15] ~= '' then redis.call('SET', KEYS[10], ARGV[15], 'EX', ARGV[11]) end
   if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], ARGV[9]) end
+else
+  expire_left(KEYS[7], ARGV[11])
 end
 if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
   if ARGV[12] == 'release' then
@@ -721,7 +736,8 @@ class BatchAdd(ScriptCall):
 # stays the first write (see the module docstring on OOM): TYPE, LPOS and
 # ZSCORE only read.
 # KEYS[1] source, KEYS[2] target, KEYS[3] set of queue names,
-# KEYS[4] the job's status key (any key when ARGV[10] is '')
+# KEYS[4] the job's status key (given a TTL if it has none when ARGV[10] is ''
+#   and the target is a sorted set: EXPIRE_LEFT)
 # ARGV[1] source kind 'list' | 'zset', ARGV[2] entry as stored in the source,
 # ARGV[3] entry to store in the target, ARGV[4] target kind:
 #   'front' (next to be fetched) | 'back' (queue's end) | 'zset',
@@ -733,7 +749,7 @@ class BatchAdd(ScriptCall):
 # Returns 1 if moved, 0 if the entry was no longer in the source, or the
 # target's type ('string', 'hash'...) when it holds another type than the
 # move needs (nothing done; the entry is still in its source).
-TRANSFER_BODY = """
+TRANSFER_BODY = EXPIRE_LEFT + """
 local held = redis.call('TYPE', KEYS[2])['ok']
 if held ~= 'none' and held ~= (ARGV[4] == 'zset' and 'zset' or 'list') then
   local there
@@ -773,6 +789,8 @@ if ARGV[10] ~= '' then
   else  -- into a queue: no TTL while it waits (module docstring)
     redis.call('SET', KEYS[4], ARGV[10])
   end
+elseif ARGV[4] == 'zset' then
+  expire_left(KEYS[4], ARGV[11])
 end
 """
 TRANSFER = TRANSFER_BODY + "return 1\n"
@@ -783,7 +801,7 @@ class Transfer(ScriptCall):
     source_key: str
     target_key: str
     queues_key: str
-    status_key: str  # any key when status is ''
+    status_key: str
     source_kind: str  # 'list' | 'zset'
     entry: bytes  # as stored in the source
     stored: bytes  # to store in the target
@@ -1506,7 +1524,7 @@ class FindQueued(ScriptCall):
 # channel the job's end is published on ('' = none; the message is its
 # status): a ``jobmaster.result`` waiting on it wakes with JobFailed (results.py)
 # Returns 1 if removed, 0 if the entry was no longer there.
-CANCEL_BODY = """
+CANCEL_BODY = EXPIRE_LEFT + """
 local removed
 if ARGV[1] == 'list' then
   removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
@@ -1514,7 +1532,11 @@ else
   removed = redis.call('ZREM', KEYS[1], ARGV[2])
 end
 if removed == 0 then return 0 end
-if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5])
+else
+  expire_left(KEYS[2], ARGV[5])
+end
 if ARGV[4] ~= '' and redis.pcall('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[3]) end
 """

@@ -140,3 +140,24 @@ def test_deleting_or_clearing_queued_jobs_gives_their_statuses_a_ttl(
     for jid in jids:
         assert 0 < store.ttl(K.status(str(jid))) <= 50, jid
     assert "gone" not in {q.name for q in Queue.all(client)}
+
+
+def test_a_queued_status_gets_a_ttl_where_the_job_ends_untracked(
+    make_config: Callable[..., Config],
+    running_worker: Callable[[Config], WorkerProcess],
+    redis_url: str,
+    store: redis.Redis,
+) -> None:
+    """A producer that keeps statuses wrote "queued" with no TTL; a worker, or
+    a canceller, that keeps none (track_status off) still gives it one when
+    the job leaves its queue, or it would outlive the job for good."""
+    tracked = Client(redis_url, status_ttl=DAY)
+    kept = tracked.push({"job": "tests.record", "args": ["cancelled"], "queue": "held"})
+    assert kept is not None
+    assert jobmaster.cancel(kept, Client(redis_url, status_ttl=0)) is True
+    assert store.llen(K.queue("held")) == 0 and store.ttl(K.status(kept)) != -1
+    running_worker(make_config(track_status=False))
+    ran = tracked.push({"job": "tests.record", "args": ["untracked"]})
+    assert ran is not None
+    wait_until(lambda: store.ttl(K.status(ran)) != -1, timeout=10, message="given a TTL")
+    assert store.sismember("test:started", "untracked")
