@@ -251,7 +251,9 @@ end
 # each call removes one: each copy is a fetch of its own (running.py).
 # Returns 1 if the payload was still in the in-progress list, else 0; the
 # target's type when it holds another type and the payload is still listed.
-FINISH_BODY = EXPIRE_LEFT + """
+FINISH_BODY = (
+    EXPIRE_LEFT
+    + """
 if ARGV[4] ~= '' then
   local held = redis.call('TYPE', KEYS[6])['ok']
   if held ~= 'zset' and held ~= 'none' then
@@ -303,6 +305,7 @@ if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
   end
 end
 """
+)
 FINISH = FINISH_BODY + "return removed\n"
 
 
@@ -749,7 +752,9 @@ class BatchAdd(ScriptCall):
 # Returns 1 if moved, 0 if the entry was no longer in the source, or the
 # target's type ('string', 'hash'...) when it holds another type than the
 # move needs (nothing done; the entry is still in its source).
-TRANSFER_BODY = EXPIRE_LEFT + """
+TRANSFER_BODY = (
+    EXPIRE_LEFT
+    + """
 local held = redis.call('TYPE', KEYS[2])['ok']
 if held ~= 'none' and held ~= (ARGV[4] == 'zset' and 'zset' or 'list') then
   local there
@@ -793,6 +798,7 @@ elseif ARGV[4] == 'zset' then
   expire_left(KEYS[4], ARGV[11])
 end
 """
+)
 TRANSFER = TRANSFER_BODY + "return 1\n"
 
 
@@ -1204,16 +1210,24 @@ class Peek(ScriptCall):
 # first ARGV[3] bytes, and its full length. Read-only.
 # KEYS[1] the list; ARGV[1] start, ARGV[2] stop (LRANGE's), ARGV[3] bytes kept
 # Returns {entry's first bytes, its length, ...} in LRANGE's order.
-PEEK_LIST = """
-local found = redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2])
-local keep = tonumber(ARGV[3])
-local out = {}
-for i = 1, #found do
-  out[#out + 1] = string.sub(found[i], 1, keep)
-  out[#out + 1] = #found[i]
+# Entries cut to their first ``keep`` bytes, each with its full length
+# beside it: {first bytes, length, ...} (PEEK_LIST, POP_OLDEST).
+CUT_ENTRIES = """
+local function cut(found, keep)
+  local out = {}
+  for i = 1, #found do
+    out[#out + 1] = string.sub(found[i], 1, keep)
+    out[#out + 1] = #found[i]
+  end
+  return out
 end
-return out
 """
+PEEK_LIST = (
+    CUT_ENTRIES
+    + """
+return cut(redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2]), tonumber(ARGV[3]))
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -1239,18 +1253,13 @@ class PeekList(ScriptCall):
 # KEYS[1] the queue list
 # ARGV[1] the most entries to take, ARGV[2] bytes kept of each
 # Returns {entry's first bytes, its length, ...}, oldest first; {} when empty.
-POP_OLDEST = """
+POP_OLDEST = (
+    CUT_ENTRIES
+    + """
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {} end
-local taken = redis.call('RPOP', KEYS[1], ARGV[1])
-if not taken then return {} end
-local keep = tonumber(ARGV[2])
-local out = {}
-for i = 1, #taken do
-  out[#out + 1] = string.sub(taken[i], 1, keep)
-  out[#out + 1] = #taken[i]
-end
-return out
+return cut(redis.call('RPOP', KEYS[1], ARGV[1]) or {}, tonumber(ARGV[2]))
 """
+)
 
 
 @dataclass(frozen=True)
@@ -1524,7 +1533,9 @@ class FindQueued(ScriptCall):
 # channel the job's end is published on ('' = none; the message is its
 # status): a ``jobmaster.result`` waiting on it wakes with JobFailed (results.py)
 # Returns 1 if removed, 0 if the entry was no longer there.
-CANCEL_BODY = EXPIRE_LEFT + """
+CANCEL_BODY = (
+    EXPIRE_LEFT
+    + """
 local removed
 if ARGV[1] == 'list' then
   removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
@@ -1540,6 +1551,7 @@ end
 if ARGV[4] ~= '' and redis.pcall('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[3]) end
 """
+)
 CANCEL = CANCEL_BODY + "return 1\n"
 
 
