@@ -116,10 +116,16 @@ class Heartbeat(threading.Thread):
         if claim_scan:
             lease_ms = max(1, round(self.orphan_interval * 1000))
             pipe.set(keys.orphan_scan_lease, ctx.name, nx=True, px=lease_ms)
-        # Jobs running long keep their "working" status alive (acks.py).
+        own = len(pipe)
+        # Jobs running long keep their "working" status alive (acks.py); its
+        # failure (our in-progress list forged as another type) is not the beat's.
         ctx.acks.refresh(pipe)
         try:
-            added, _, _, _, commands, *rest = pipe.execute()
+            replies = pipe.execute(raise_on_error=False)
+            failed = next((r for r in replies[:own] if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            added, _, _, _, commands, *rest = replies[:own]
         except redis.exceptions.OutOfMemoryError:
             self.server.beat_failed()
             self.keep_alive()
@@ -127,6 +133,9 @@ class Heartbeat(threading.Thread):
         except redis.RedisError:
             self.server.beat_failed()
             raise
+        for reply in replies[own:]:
+            if isinstance(reply, Exception):
+                log.warning("could not keep running jobs' status alive: %s", reply)
         self.dispatch(commands)
         self.server.beat_done(was_registered=not added)
         return bool(claim_scan and rest[0])
