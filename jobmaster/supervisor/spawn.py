@@ -54,10 +54,18 @@ class Forked:
     requests_fd: int  # write end: the master's requests to the child (pipes.py)
     slots: StartedSlots  # which jobs the child's threads run (slots.py)
 
-    def child(self, index: int, now: float) -> Child:
-        """Its row in the master's table, forked at ``now`` (monotonic)."""
+    def child(self, index: int, now: float, quiet: bool = False) -> Child:
+        """Its row in the master's table, forked at ``now`` (monotonic), quiet
+        if the pool was."""
         return Child(
-            index, self.pid, self.identity, now, self.ready_fd, self.requests_fd, self.slots
+            index,
+            self.pid,
+            self.identity,
+            now,
+            self.ready_fd,
+            self.requests_fd,
+            self.slots,
+            started_quiet=quiet,
         )
 
 
