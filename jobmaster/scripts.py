@@ -20,6 +20,25 @@ acknowledgements and requeues are still recorded when Redis is full. That
 holds for scripts without a ``#!lua`` shebang; one with a shebang is refused
 whole under OOM unless it declares ``allow-oom``: keep that in mind before
 adding one.
+
+Status lifetimes (SPEC §11: a status lives as long as its job waits or runs,
+then ``status_ttl``). A job's status is written by the script that moves the
+job, so its TTL follows where the job is:
+- in a queue: "queued" with no TTL at all (PUSH, PUSH_UNIQUE, PERIODIC, a
+  batch's or a chain's push, TRANSFER into a queue). How long a job waits in
+  a queue is not known when it is pushed, and refreshing every waiting
+  job's status would cost work per job and per pass. A queued job leaves its
+  queue only by FETCH (then its status is rewritten with a TTL by MARK,
+  FINISH, TRANSFER or BURY, or it is "queued" again after a requeue), by
+  CANCEL (its end, with a TTL), or by a deletion (``Queue.delete`` and
+  ``Queue.clear``, which give the statuses of what they drop a TTL,
+  EXPIRE_WAITING, a page at a time): no status without a TTL outlives its
+  job's place in a queue.
+- scheduled or waiting for a retry: its wait plus ``status_ttl``
+  (results.waiting_ttl);
+- running: "working", kept alive by its process's heartbeat (MARK again:
+  worker/acks.py) while the job runs;
+- ended: ``status_ttl`` (or the job's ``result_ttl``) from its end.
 """
 
 from __future__ import annotations
@@ -60,8 +79,8 @@ class ScriptCall(ABC):
 # PUSH: enqueue payloads on one queue, mark them queued, wake idle workers.
 # KEYS[1] queue list, KEYS[2] set of queue names,
 # KEYS[3..] each payload's status key, in payload order (none when ARGV[3] is 0)
-# ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3] status TTL (s, 0 = off),
-# ARGV[4..] payloads
+# ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3] status on (> 0; 0 = off;
+# a queued status has no TTL: module docstring), ARGV[4..] payloads
 # Returns the number of payloads pushed.
 PUSH = """
 local n = #ARGV - 3
@@ -69,8 +88,8 @@ for i = 4, #ARGV, 500 do
   redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
 end
 redis.call('SADD', KEYS[2], ARGV[1])
-if tonumber(ARGV[3]) > 0 then
-  for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued', 'EX', ARGV[3]) end
+if tonumber(ARGV[3]) > 0 then  -- no TTL while it waits (module docstring)
+  for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued') end
 end
 redis.call('PUBLISH', ARGV[2], n)
 return n
@@ -176,6 +195,18 @@ class Mark(ScriptCall):
         return [value for _, raw, ttl_ms in self.marks for value in (raw, ttl_ms)]
 
 
+# A job's status when the process moving it keeps none (track_status off
+# there: its new status is ''), while a producer that keeps them wrote
+# "queued" with no TTL: the job leaving its queue for anything but a queue
+# gives that status ``ttl``, or it would outlive the job for good (module
+# docstring, "Status lifetimes"). A status that has a TTL keeps it.
+EXPIRE_LEFT = """
+local function expire_left(key, ttl)
+  if redis.call('TTL', key) == -1 then redis.call('EXPIRE', key, ttl) end
+end
+"""
+
+
 # FINISH: record a job's outcome and acknowledge it, as one step, so the
 # job leaves the in-progress list only once its outcome is stored.
 # KEYS[1] in-progress list, KEYS[2] processed total, KEYS[3] processed today,
@@ -188,7 +219,8 @@ class Mark(ScriptCall):
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
 # ARGV[5] payload to store in the target, ARGV[6] its score,
 # ARGV[7] dead set cap (jobs), ARGV[8] dead set cutoff score (older entries go),
-# ARGV[9] new status ('' = status off), ARGV[10] this attempt (JSON; '' = none),
+# ARGV[9] new status ('' = status off: a status left with no TTL gets ARGV[11],
+# EXPIRE_LEFT), ARGV[10] this attempt (JSON; '' = none),
 # ARGV[11] status TTL (s), ARGV[12] '' | 'release' | 'extend' the unique lock
 # (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend),
 # ARGV[15] the job's return value as JSON ('' = none: not complete, or it
@@ -219,7 +251,9 @@ class Mark(ScriptCall):
 # each call removes one: each copy is a fetch of its own (running.py).
 # Returns 1 if the payload was still in the in-progress list, else 0; the
 # target's type when it holds another type and the payload is still listed.
-FINISH_BODY = """
+FINISH_BODY = (
+    EXPIRE_LEFT
+    + """
 if ARGV[4] ~= '' then
   local held = redis.call('TYPE', KEYS[6])['ok']
   if held ~= 'zset' and held ~= 'none' then
@@ -260,6 +294,8 @@ if ARGV[9] ~= '' then
   end
   if ARGV[15] ~= '' then redis.call('SET', KEYS[10], ARGV[15], 'EX', ARGV[11]) end
   if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], ARGV[9]) end
+else
+  expire_left(KEYS[7], ARGV[11])
 end
 if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
   if ARGV[12] == 'release' then
@@ -269,6 +305,7 @@ if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
   end
 end
 """
+)
 FINISH = FINISH_BODY + "return removed\n"
 
 
@@ -371,7 +408,7 @@ local function push_job(via, queue_key, status_key, queue, payload)
   end
   redis.call('LPUSH', queue_key, payload)
   redis.pcall('SADD', via.queues, queue)
-  if via.status_prefix ~= '' then redis.call('SET', status_key, 'queued', 'EX', via.ttl) end
+  if via.status_prefix ~= '' then redis.call('SET', status_key, 'queued') end  -- no TTL
   redis.call('PUBLISH', via.wakeup .. queue, 1)
 end
 local function fire(batch, which, now, via, targets)
@@ -702,18 +739,22 @@ class BatchAdd(ScriptCall):
 # stays the first write (see the module docstring on OOM): TYPE, LPOS and
 # ZSCORE only read.
 # KEYS[1] source, KEYS[2] target, KEYS[3] set of queue names,
-# KEYS[4] the job's status key (any key when ARGV[10] is '')
+# KEYS[4] the job's status key (given a TTL if it has none when ARGV[10] is ''
+#   and the target is a sorted set: EXPIRE_LEFT)
 # ARGV[1] source kind 'list' | 'zset', ARGV[2] entry as stored in the source,
 # ARGV[3] entry to store in the target, ARGV[4] target kind:
 #   'front' (next to be fetched) | 'back' (queue's end) | 'zset',
 # ARGV[5] score (zset target), ARGV[6] queue name (list target),
 # ARGV[7] wakeup channel ('' for none), ARGV[8] sorted set cap (0 = none),
 # ARGV[9] sorted set cutoff score (entries below it go; '-inf' for none),
-# ARGV[10] the job's new status ('' = leave it), ARGV[11] status TTL (s)
+# ARGV[10] the job's new status ('' = leave it), ARGV[11] status TTL (s; none
+# into a queue: module docstring)
 # Returns 1 if moved, 0 if the entry was no longer in the source, or the
 # target's type ('string', 'hash'...) when it holds another type than the
 # move needs (nothing done; the entry is still in its source).
-TRANSFER_BODY = """
+TRANSFER_BODY = (
+    EXPIRE_LEFT
+    + """
 local held = redis.call('TYPE', KEYS[2])['ok']
 if held ~= 'none' and held ~= (ARGV[4] == 'zset' and 'zset' or 'list') then
   local there
@@ -747,8 +788,17 @@ else
   redis.pcall('SADD', KEYS[3], ARGV[6])
   if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], 1) end
 end
-if ARGV[10] ~= '' then redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11]) end
+if ARGV[10] ~= '' then
+  if ARGV[4] == 'zset' then
+    redis.call('SET', KEYS[4], ARGV[10], 'EX', ARGV[11])
+  else  -- into a queue: no TTL while it waits (module docstring)
+    redis.call('SET', KEYS[4], ARGV[10])
+  end
+elseif ARGV[4] == 'zset' then
+  expire_left(KEYS[4], ARGV[11])
+end
 """
+)
 TRANSFER = TRANSFER_BODY + "return 1\n"
 
 
@@ -757,7 +807,7 @@ class Transfer(ScriptCall):
     source_key: str
     target_key: str
     queues_key: str
-    status_key: str  # any key when status is ''
+    status_key: str
     source_kind: str  # 'list' | 'zset'
     entry: bytes  # as stored in the source
     stored: bytes  # to store in the target
@@ -902,7 +952,7 @@ class BuryStep(ScriptCall):
 # KEYS[3] set of queue names, KEYS[4] the unique lock (any key if not unique),
 # KEYS[5..] each payload's status key, in triple order (none when ARGV[4] is 0)
 # ARGV[1] entry name, ARGV[2] queue name, ARGV[3] wakeup channel,
-# ARGV[4] status TTL (s, 0 = off), ARGV[5] unique lock TTL (s, 0 = not unique),
+# ARGV[4] status on (> 0; queued: no TTL), ARGV[5] unique lock TTL (s, 0 = not unique),
 # ARGV[6..] triples of slot (unix time), payload and jid, oldest slot first
 # Returns the number of payloads pushed.
 PERIODIC = """
@@ -914,8 +964,8 @@ for i = 6, #ARGV, 3 do
     if tonumber(ARGV[5]) == 0
         or redis.call('SET', KEYS[4], ARGV[i + 2], 'NX', 'EX', ARGV[5]) then
       redis.call('LPUSH', KEYS[2], ARGV[i + 1])
-      if tonumber(ARGV[4]) > 0 then
-        redis.call('SET', KEYS[5 + (i - 6) / 3], 'queued', 'EX', ARGV[4])
+      if tonumber(ARGV[4]) > 0 then  -- no TTL while it waits (module docstring)
+        redis.call('SET', KEYS[5 + (i - 6) / 3], 'queued')
       end
       pushed = pushed + 1
     end
@@ -975,7 +1025,7 @@ class Periodic(ScriptCall):
 # KEYS[3] set of queue names, KEYS[4] the job's status key
 # ARGV[1] jid, ARGV[2] lock TTL (s), ARGV[3] payload, ARGV[4] 'queue' | 'zset',
 # ARGV[5] score (zset), ARGV[6] queue name, ARGV[7] wakeup channel,
-# ARGV[8] status TTL (s, 0 = off)
+# ARGV[8] status TTL (s, 0 = off; a queued one gets none: module docstring)
 # Returns 1 if enqueued, 0 if a job already holds the lock.
 PUSH_UNIQUE = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
@@ -985,7 +1035,7 @@ if ARGV[4] == 'zset' then
 else
   redis.call('LPUSH', KEYS[2], ARGV[3])
   redis.call('SADD', KEYS[3], ARGV[6])
-  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'queued', 'EX', ARGV[8]) end
+  if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'queued') end  -- no TTL
   redis.call('PUBLISH', ARGV[7], 1)
 end
 return 1
@@ -1160,16 +1210,24 @@ class Peek(ScriptCall):
 # first ARGV[3] bytes, and its full length. Read-only.
 # KEYS[1] the list; ARGV[1] start, ARGV[2] stop (LRANGE's), ARGV[3] bytes kept
 # Returns {entry's first bytes, its length, ...} in LRANGE's order.
-PEEK_LIST = """
-local found = redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2])
-local keep = tonumber(ARGV[3])
-local out = {}
-for i = 1, #found do
-  out[#out + 1] = string.sub(found[i], 1, keep)
-  out[#out + 1] = #found[i]
+# Entries cut to their first ``keep`` bytes, each with its full length
+# beside it: {first bytes, length, ...} (PEEK_LIST, POP_OLDEST).
+CUT_ENTRIES = """
+local function cut(found, keep)
+  local out = {}
+  for i = 1, #found do
+    out[#out + 1] = string.sub(found[i], 1, keep)
+    out[#out + 1] = #found[i]
+  end
+  return out
 end
-return out
 """
+PEEK_LIST = (
+    CUT_ENTRIES
+    + """
+return cut(redis.call('LRANGE', KEYS[1], ARGV[1], ARGV[2]), tonumber(ARGV[3]))
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -1184,6 +1242,69 @@ class PeekList(ScriptCall):
 
     def argv(self) -> list[Arg]:
         return [self.start, self.stop, self.keep]
+
+
+# POP_OLDEST: take up to ARGV[1] entries off a queue's fetch end (the oldest),
+# each cut to its first ARGV[2] bytes with its full length, as PEEK_LIST
+# reads them: a queue being cleared a page at a time (``Queue.clear``), so
+# that the statuses of what it drops can be given a TTL (EXPIRE_WAITING)
+# without a forged 100 MB entry crossing the wire. A key that is not a list
+# (forged) holds no job: nothing is taken.
+# KEYS[1] the queue list
+# ARGV[1] the most entries to take, ARGV[2] bytes kept of each
+# Returns {entry's first bytes, its length, ...}, oldest first; {} when empty.
+POP_OLDEST = (
+    CUT_ENTRIES
+    + """
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {} end
+return cut(redis.call('RPOP', KEYS[1], ARGV[1]) or {}, tonumber(ARGV[2]))
+"""
+)
+
+
+@dataclass(frozen=True)
+class PopOldest(ScriptCall):
+    queue_key: str
+    most: int
+    keep: int  # bytes kept
+
+    def keys(self) -> list[str]:
+        return [self.queue_key]
+
+    def argv(self) -> list[Arg]:
+        return [self.most, self.keep]
+
+
+# EXPIRE_WAITING: give a TTL to the statuses, among KEYS, that have none: the
+# "queued" statuses of jobs dropped from a queue without an outcome (a delete,
+# a clear; see the module docstring). A status that has a TTL already (the
+# job ended, or waits in a set) keeps it. ``EXPIRE NX`` does this from Redis
+# 7.0; 6.2 is still served.
+# KEYS[1..] status keys
+# ARGV[1] the TTL (s)
+# Returns how many were given one.
+EXPIRE_WAITING = """
+local given = 0
+for i = 1, #KEYS do
+  if redis.call('TTL', KEYS[i]) == -1 then
+    redis.call('EXPIRE', KEYS[i], ARGV[1])
+    given = given + 1
+  end
+end
+return given
+"""
+
+
+@dataclass(frozen=True)
+class ExpireWaiting(ScriptCall):
+    status_keys: Sequence[str]
+    ttl: int  # seconds
+
+    def keys(self) -> list[str]:
+        return list(self.status_keys)
+
+    def argv(self) -> list[Arg]:
+        return [self.ttl]
 
 
 # CONTROL_POP: take the oldest remote commands of one process's control list,
@@ -1343,21 +1464,39 @@ class CancelRequest(ScriptCall):
 # ``jid`` it is (an argument that mentions the jid is no match); one cjson
 # cannot decode is matched by its ``"jid":"<jid>"`` text. A key that is not
 # a list (forged) holds no job. Read-only.
+# With a byte cap (ARGV[4] > 0: a job's page, which shows the entry, not
+# cancel, which needs it whole to remove it), an entry over the cap is
+# matched by its text only (never decoded) and only its first bytes are
+# returned: a forged 100 MB entry costs the page that many bytes, not the
+# entry (it is still copied into Lua, in Redis, for a moment).
 # KEYS[1] the queue list
-# ARGV[1] jid, ARGV[2] first index of the page, ARGV[3] page size
-# Returns {index, entry} when found, {next page's index} when not, {-1} at
-# the end of the list.
+# ARGV[1] jid, ARGV[2] first index of the page, ARGV[3] page size,
+# ARGV[4] bytes kept of the entry found (0 = all of it)
+# Returns {index, entry (or its first ARGV[4] bytes), its length} when found,
+# {next page's index} when not, {-1} at the end of the list.
 FIND_QUEUED = """
 local jid, start, size = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local keep = tonumber(ARGV[4])
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {-1} end
 local page = redis.call('LRANGE', KEYS[1], start, start + size - 1)
+local by_text = '"jid":"' .. jid .. '"'
 for i, entry in ipairs(page) do
   if string.find(entry, jid, 1, true) then
-    local ok, decoded = pcall(cjson.decode, entry)
-    if ok then
-      if type(decoded) == 'table' and decoded.jid == jid then return {start + i - 1, entry} end
-    elseif string.find(entry, '"jid":"' .. jid .. '"', 1, true) then
-      return {start + i - 1, entry}
+    local found
+    if keep > 0 and #entry > keep then
+      found = string.find(entry, by_text, 1, true)
+    else
+      local ok, decoded = pcall(cjson.decode, entry)
+      if ok then
+        found = type(decoded) == 'table' and decoded.jid == jid
+      else
+        found = string.find(entry, by_text, 1, true)
+      end
+    end
+    if found then
+      local shown = entry
+      if keep > 0 and #entry > keep then shown = string.sub(entry, 1, keep) end
+      return {start + i - 1, shown, #entry}
     end
   end
 end
@@ -1372,12 +1511,13 @@ class FindQueued(ScriptCall):
     jid: str
     start: int  # first index of the page
     size: int  # entries in the page
+    keep: int = 0  # bytes kept of the entry found (0 = all of it)
 
     def keys(self) -> list[str]:
         return [self.queue_key]
 
     def argv(self) -> list[Arg]:
-        return [self.jid, self.start, self.size]
+        return [self.jid, self.start, self.size, self.keep]
 
 
 # CANCEL: remove a waiting job (from its queue, the scheduled or the retry
@@ -1393,7 +1533,9 @@ class FindQueued(ScriptCall):
 # channel the job's end is published on ('' = none; the message is its
 # status): a ``jobmaster.result`` waiting on it wakes with JobFailed (results.py)
 # Returns 1 if removed, 0 if the entry was no longer there.
-CANCEL_BODY = """
+CANCEL_BODY = (
+    EXPIRE_LEFT
+    + """
 local removed
 if ARGV[1] == 'list' then
   removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
@@ -1401,10 +1543,15 @@ else
   removed = redis.call('ZREM', KEYS[1], ARGV[2])
 end
 if removed == 0 then return 0 end
-if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5]) end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[5])
+else
+  expire_left(KEYS[2], ARGV[5])
+end
 if ARGV[4] ~= '' and redis.pcall('GET', KEYS[3]) == ARGV[4] then redis.call('DEL', KEYS[3]) end
 if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[3]) end
 """
+)
 CANCEL = CANCEL_BODY + "return 1\n"
 
 
@@ -1561,6 +1708,8 @@ class Scripts:
         self.queue_ends = client.register_script(QUEUE_ENDS)
         self.peek = client.register_script(PEEK)
         self.peek_list = client.register_script(PEEK_LIST)
+        self.pop_oldest = client.register_script(POP_OLDEST)
+        self.expire_waiting = client.register_script(EXPIRE_WAITING)
         self.rate_count = client.register_script(RATE_COUNT)
         self.cancel_request = client.register_script(CANCEL_REQUEST)
         self.find_queued = client.register_script(FIND_QUEUED)

@@ -635,8 +635,8 @@ _ALL = [
         name="status_ttl",
         default=86400.0,
         help=(
-            "Seconds a job's status and attempts history are kept after its last change"
-            " (a scheduled or retried job's: after its wait)."
+            "Seconds a job's status and attempts history are kept after it ended"
+            " (while it waits or runs, its status lives on)."
         ),
         parse=number(1),
     ),

@@ -103,8 +103,10 @@ class SignalQueue:
 
 
 def reset_in_child(signals: Iterable[int]) -> None:
-    """Back to the default dispositions after fork: the master's handlers write
-    to the master's queue, which means nothing in a child."""
+    """Back to the default dispositions after fork, for the signals a child
+    does not catch: the master's handlers write to the master's queue, which
+    means nothing in a child. A signal the child catches gets its handler in
+    place of the master's instead (spawn.take_signals says why)."""
     signal.set_wakeup_fd(-1)
     for signum in signals:
         signal.signal(signum, signal.SIG_DFL)

@@ -17,7 +17,7 @@ import redis
 
 from jobmaster.client import DEFAULT_STATUS_TTL, Client, default_client
 from jobmaster.keys import Keys
-from jobmaster.scripts import Scripts, Unlock
+from jobmaster.scripts import ExpireWaiting, Scripts, Unlock
 from jobmaster.tolerant import text
 from jobmaster.unique import MODES
 
@@ -61,6 +61,17 @@ class Backend:
         digest, jid = payload.get("unique_digest"), payload.get("jid")
         if isinstance(digest, str) and isinstance(jid, str):
             Unlock(lock_key=self.keys.unique(digest), jid=jid).run(self.scripts.unlock)
+
+    def expire_waiting(self, jids: Iterable[str | None], client: Any = None) -> None:
+        """Give the statuses of jobs dropped from a queue without an outcome
+        (deleted, cleared) a TTL: a queued job's status has none, since it
+        lives as long as its job waits (scripts.py, "Status lifetimes").
+        Status tracking off here (0) still expires what workers wrote, after
+        the default TTL. ``client``: a pipeline to queue the call on."""
+        keys = [self.keys.status(jid) for jid in jids if jid]
+        if keys:
+            call = ExpireWaiting(status_keys=keys, ttl=self.status_ttl or round(DEFAULT_STATUS_TTL))
+            call.run(self.scripts.expire_waiting, client=client)
 
 
 def as_bytes(value: bytes | str) -> bytes:

@@ -47,12 +47,12 @@ import redis
 
 from jobmaster import payload as wire
 from jobmaster import results
-from jobmaster.api.base import Backend, Connection, texts
-from jobmaster.api.queues import Queue
+from jobmaster.api.base import Backend, Connection
+from jobmaster.api.queues import find_queued
 from jobmaster.api.sorted_sets import JobSet, RetrySet, ScheduledSet
 from jobmaster.errors import ResultPending, UnknownJob
 from jobmaster.keys import Keys
-from jobmaster.scripts import Cancel, CancelRequest, CancelStep, FindQueued
+from jobmaster.scripts import Cancel, CancelRequest, CancelStep
 from jobmaster.tolerant import refused, text
 from jobmaster.unique import MODES
 from jobmaster.workflows.steps import step_of, workflow_step
@@ -64,7 +64,6 @@ REQUEST_TTL = 7 * 24 * 3600  # seconds a request waits for its job (a requeued o
 MAX_REQUESTS = 10_000  # requests kept: a flood costs a bounded set
 FUTURE = 60.0  # a request scored this far ahead of Redis's clock is forged (failover skew is less)
 CONFIRM_WAIT = 5.0  # seconds the CLI and the dashboard wait for a running job's end
-FIND_PAGE = 1000  # queue entries FIND_QUEUED looks at per call (a short step for Redis)
 
 # Where a job may wait, by its status, in the order to look: a poller may
 # have moved a due job from its set to its queue since the status was read.
@@ -182,23 +181,13 @@ class Canceller:
         return place if self._remove(job_set.key, "zset", entry.raw, entry.payload, jid) else None
 
     def _from_queues(self, jid: str) -> str | None:
-        # The queues jobs were pushed to (a paused one too): not Queue.all, which
-        # also reads the paused set, a key the producer's ACL user may not read.
-        names = texts(self.backend.redis.smembers(self.backend.keys.queues))
-        for queue in (Queue(name, self.backend) for name in names):
-            start = 0
-            while start >= 0:
-                find = FindQueued(queue_key=queue.key, jid=jid, start=start, size=FIND_PAGE)
-                reply = find.run(self.backend.scripts.find_queued)
-                if len(reply) == 1:
-                    start = int(reply[0])
-                    continue
-                raw = reply[1] if isinstance(reply[1], bytes) else str(reply[1]).encode()
-                payload = _decoded(raw)
-                if self._remove(queue.key, "list", raw, payload, jid):
-                    return f"queue {queue.name}"
-                return None  # fetched as we looked: the request stops it
-        return None
+        found = find_queued(self.backend, jid, keep=0)  # whole: CANCEL removes that entry
+        if found is None:
+            return None
+        queue, raw, _ = found
+        if self._remove(queue.key, "list", raw, _decoded(raw), jid):
+            return f"queue {queue.name}"
+        return None  # fetched as we looked: the request stops it
 
     def _remove(
         self, source: str, kind: str, raw: bytes, payload: dict[str, Any] | None, jid: str

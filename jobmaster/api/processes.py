@@ -193,8 +193,10 @@ class ProcessSet:
         for n, (identity, record) in enumerate(held):
             status, pttl = replies[2 * n], replies[2 * n + 1]
             runtime = None
-            if self.backend.status_ttl and status is not None and text(status) == "working":
-                runtime = max(0.0, self.backend.status_ttl - int(pttl) / 1000)
+            # A mark kept alive past its status_ttl (worker/acks.py) tells no start.
+            ttl = self.backend.status_ttl
+            if ttl and status is not None and text(status) == "working" and int(pttl) <= ttl * 1000:
+                runtime = max(0.0, ttl - int(pttl) / 1000)
             found.append(RunningJob(identity, record, runtime))
         return sorted(found, key=lambda job: -(job.runtime or 0.0))
 

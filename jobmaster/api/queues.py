@@ -20,7 +20,9 @@ from typing import Any, cast
 from jobmaster.api.base import PAGE, Backend, Connection, as_bytes, texts
 from jobmaster.api.records import PEEK_BYTES, JobRecord
 from jobmaster.connection import byte_list
-from jobmaster.scripts import PeekList
+from jobmaster.scripts import FindQueued, PeekList, PopOldest
+
+FIND_PAGE = 1000  # queue entries FIND_QUEUED looks at per call (a short step for Redis)
 
 
 class Queue:
@@ -80,6 +82,22 @@ class Queue:
             return []
         return self.peek(start, start + count - 1)
 
+    def locate(self, jid: str, keep: int = PEEK_BYTES) -> tuple[bytes, int] | None:
+        """The job's entry, searched a page at a time inside Redis (FIND_QUEUED:
+        only the entry found crosses the wire), cut to its first ``keep`` bytes
+        (0: whole, as a removal needs it), and its full length; None if it is
+        not queued here."""
+        start = 0
+        while start >= 0:
+            find = FindQueued(queue_key=self.key, jid=jid, start=start, size=FIND_PAGE, keep=keep)
+            reply = find.run(self.backend.scripts.find_queued)
+            if len(reply) == 1:
+                start = int(reply[0])
+                continue
+            raw = reply[1] if isinstance(reply[1], bytes) else str(reply[1]).encode()
+            return raw, int(reply[2])
+        return None
+
     def find(self, jid: str) -> JobRecord | None:
         return next((record for record in self if record.jid == jid), None)
 
@@ -94,21 +112,38 @@ class Queue:
         member = cast(str, found.raw)  # redis-py's stubs say str; bytes are sent as they are
         if not self.backend.redis.lrem(self.key, 1, member):
             return False
+        self.backend.expire_waiting([found.jid])  # its "queued" status has no TTL
         self.backend.release_unique(found.payload)
         return True
 
     def clear(self) -> int:
-        """Drop every job of the queue; returns how many there were.
+        """Drop every job the queue holds now; returns how many there were.
 
+        Taken from the fetch end a page at a time (POP_OLDEST, each entry read
+        to ``PEEK_BYTES`` only), so that each dropped job's "queued" status,
+        which has no TTL while its job waits, gets one (``expire_waiting``):
+        else it would outlive the job for good. Jobs pushed meanwhile stay.
         The name leaves ``keys.queues`` as well (the next push adds it back); a
         paused queue stays paused. Unique locks of the dropped jobs are left to
-        expire: reading every entry first would make clearing a big queue slow.
+        expire.
         """
-        pipe = self.backend.redis.pipeline(transaction=True)
+        backend = self.backend
+        left, dropped = self.size(), 0
+        while left > 0:
+            call = PopOldest(queue_key=self.key, most=min(PAGE, left), keep=PEEK_BYTES)
+            records = records_of(call.run(backend.scripts.pop_oldest))
+            if not records:
+                break
+            backend.expire_waiting(record.jid for record in records)
+            dropped += len(records)
+            left -= len(records)
+        pipe = backend.redis.pipeline(transaction=True)
         pipe.llen(self.key)
-        pipe.delete(self.key)
-        pipe.srem(self.backend.keys.queues, self.name)
-        return int(pipe.execute()[0])
+        pipe.srem(backend.keys.queues, self.name)
+        if not pipe.execute()[0]:
+            return dropped
+        backend.redis.sadd(backend.keys.queues, self.name)  # pushed to meanwhile
+        return dropped
 
     def pause(self) -> None:
         """Workers stop fetching from it (jobs already running finish)."""
@@ -126,6 +161,22 @@ class Queue:
 
     def is_paused(self) -> bool:
         return bool(self.backend.redis.sismember(self.backend.keys.paused, self.name))
+
+
+def find_queued(
+    backend: Backend, jid: str, keep: int = PEEK_BYTES
+) -> tuple[Queue, bytes, int] | None:
+    """The queue that holds the job, its entry (its first ``keep`` bytes; 0:
+    whole) and the entry's full length: ``Queue.locate`` over the queues jobs
+    were pushed to (a paused one too: not ``Queue.all``, which also reads the
+    paused set, a key the producer's ACL user may not read)."""
+    for queue in (
+        Queue(name, backend) for name in texts(backend.redis.smembers(backend.keys.queues))
+    ):
+        found = queue.locate(jid, keep)
+        if found is not None:
+            return queue, *found
+    return None
 
 
 def records_of(reply: Any) -> list[JobRecord]:

@@ -82,6 +82,7 @@ class Child:
     # label of jobmaster_child_restarts_total once it is gone. Empty: a stop.
     restart_reason: str = ""
     pushing_back: bool = False  # told there is no room to finish its jobs
+    started_quiet: bool = False  # forked while the pool was quiet: it starts quiet
 
     @property
     def expected_exit(self) -> bool:

@@ -272,7 +272,7 @@ class Master:
         others += [fd for fd in (self.signals.wakeup_fd,) if fd]
         sender = metrics.sender if metrics is not None else None
         forked = fork_child(self.config, index, others, metrics=sender, quiet=self.quiet)
-        self.children.add(forked.child(index, time.monotonic()))
+        self.children.add(forked.child(index, time.monotonic(), quiet=self.quiet))
         log.info("child %d started (pid %d)", index, forked.pid)
 
     def read_ready(self, child: Child) -> None:
@@ -287,8 +287,13 @@ class Master:
             self.stopper.recycle(child, "has a job stuck past its timeout", kind="timeout")
         if READY not in data or not child.ready(time.monotonic(), self.quiet):
             return
+        # The pool's state, said again now that its handlers are in: quiet, or
+        # resumed since it was forked quiet (spawn.take_signals keeps a CONT
+        # sent before; this holds whatever happened to that one).
         if self.quiet:
             self.stopper.kill(child, signal.SIGTSTP)
+        elif child.started_quiet:
+            self.stopper.kill(child, signal.SIGCONT)
         self.stopper.retire_excess(self.wanted)
         if not self.announced_ready and self.children.ready() >= self.wanted:
             self.announced_ready = True

@@ -54,10 +54,18 @@ class Forked:
     requests_fd: int  # write end: the master's requests to the child (pipes.py)
     slots: StartedSlots  # which jobs the child's threads run (slots.py)
 
-    def child(self, index: int, now: float) -> Child:
-        """Its row in the master's table, forked at ``now`` (monotonic)."""
+    def child(self, index: int, now: float, quiet: bool = False) -> Child:
+        """Its row in the master's table, forked at ``now`` (monotonic), quiet
+        if the pool was."""
         return Child(
-            index, self.pid, self.identity, now, self.ready_fd, self.requests_fd, self.slots
+            index,
+            self.pid,
+            self.identity,
+            now,
+            self.ready_fd,
+            self.requests_fd,
+            self.slots,
+            started_quiet=quiet,
         )
 
 
@@ -133,10 +141,7 @@ def _child_main(
     code = exitcodes.RUNTIME_FAILURE
     try:
         os.setpgid(0, 0)
-        reset_in_child(MASTER_SIGNALS)
-        signals = SignalQueue(CHILD_SIGNALS)
-        signals.install()
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signals = take_signals(mask)
         random.seed()  # else every child draws the same queue orders and jitter
         set_process_fields(child=index)
         set_title(child_title(index, 0, config.concurrency, config.queue_names, "starting"))
@@ -168,6 +173,25 @@ def _child_main(
             with contextlib.suppress(Exception):  # nothing left to report to
                 stream.flush()
         os._exit(code)
+
+
+def take_signals(mask: set[int | signal.Signals]) -> SignalQueue:
+    """In a child just forked (the master's signals blocked): the child's own
+    handlers in place of the master's, then ``mask`` back; a signal the master
+    sent meanwhile was pending, and reaches the child's queue now.
+
+    Installed over the master's handlers, never reset to SIG_DFL first: a
+    SIG_DFL over a pending SIGCONT (whose default is to do nothing to a
+    running process) discards it (POSIX; Linux does), blocked or not. A child
+    forked while the pool was quiet lost the CONT sent before its handlers
+    were in, and stayed quiet for good. Only what a child does not catch
+    (SIGCHLD: job code's) goes back to its default.
+    """
+    signals = SignalQueue(CHILD_SIGNALS)
+    signals.install()
+    reset_in_child(MASTER_SIGNALS - CHILD_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return signals
 
 
 def _close_quietly(fd: int) -> None:

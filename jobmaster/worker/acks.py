@@ -26,6 +26,16 @@ round-trip bound). So a job starting leaves its mark here (``mark``), and:
   queued at that moment: nothing a job thread waits for, and little for
   Redis next to jobs that long.
 
+A job running long keeps its mark alive: its status must not expire while it
+runs (SPEC §11), whatever ``status_ttl`` is. A mark's TTL is ``status_ttl``
+less the time the job has run (so the TTL still tells when it started: the
+Busy page's runtime) while that leaves at least two heartbeat TTLs; past
+that, the heartbeat marks it again at each beat, in its own transaction
+(``refresh``: no round trip of its own), with ``status_ttl`` plus one
+heartbeat TTL. A process whose heartbeat stops that long is presumed dead,
+and whoever recovers its jobs rewrites their statuses. Marked jobs are kept
+in ``_working`` until they end (``ended``): one dict pop per job end.
+
 The job threads only set and pop a dict entry (atomic under the GIL: no
 lock on the hot path, which measurably slowed no-op jobs). The flusher
 sends under the send lock, like the FINISHes, so a job's mark never reaches
@@ -65,6 +75,18 @@ class Marking:
     script: Script  # MARK
     inprogress_key: str
     status_ttl: int  # seconds
+    horizon: int  # seconds: the heartbeat TTL (see above)
+
+    def ttl_ms(self, running: float) -> int:
+        """The TTL of the mark of a job that has run ``running`` seconds."""
+        exact = self.status_ttl * 1000 - round(running * 1000)
+        if exact >= 2 * self.horizon * 1000:
+            return exact
+        return (self.status_ttl + self.horizon) * 1000
+
+    def refreshed(self, running: float) -> bool:
+        """A job that has run this long gets its mark again at each beat."""
+        return self.status_ttl - running < 2 * self.horizon
 
 
 class Call:
@@ -99,6 +121,7 @@ class Acks:
         self._queued: list[Call] = []
         # status key -> (monotonic time the job started, its payload as fetched)
         self._marks: dict[str, tuple[float, bytes]] = {}
+        self._working: dict[str, tuple[float, bytes]] = {}  # marked, not ended yet
         self._marks_waiting = threading.Event()  # wakes a napping flusher
         self._napping = False  # the flusher sleeps until a mark comes
         self._flusher_lock = threading.Lock()
@@ -140,6 +163,28 @@ class Acks:
             self._marks_waiting.set()
         if self._flusher is None:
             self._start_flusher()
+
+    def ended(self, status_key: str) -> None:
+        """A job's code returned: its mark, sent or not, is no longer kept alive.
+        In this order: ``_due_marks`` adds to ``_working`` before it takes the
+        mark out of ``_marks``, so one of the two pops here sees it."""
+        self._marks.pop(status_key, None)
+        self._working.pop(status_key, None)
+
+    def refresh(self, pipe: Any) -> None:
+        """Queue, on the heartbeat's ``pipe``, one MARK for the jobs running so
+        long that their mark needs renewing (none: nothing is queued)."""
+        marking = self.marking
+        if marking is None or not self._working:
+            return
+        now = time.monotonic()
+        due = [
+            (key, raw, marking.ttl_ms(now - started))
+            for key, (started, raw) in list(self._working.items())
+            if marking.refreshed(now - started)
+        ]
+        if due:
+            Mark(inprogress_key=marking.inprogress_key, marks=due).run(marking.script, pipe)
 
     def _start_flusher(self) -> None:
         with self._flusher_lock:  # in the process that runs jobs, once
@@ -202,13 +247,15 @@ class Acks:
             started, raw = entry
             if now - started < MARK_DELAY:
                 continue
+            self._working[key] = entry  # before the pop: see ``ended``
             taken = self._marks.pop(key, None)
             if taken is not entry:  # dropped by its FINISH since, or marked anew
+                if self._working.get(key) is entry:
+                    self._working.pop(key, None)
                 if taken is not None:
                     self._marks.setdefault(key, taken)
                 continue
-            ttl_ms = marking.status_ttl * 1000 - round((now - started) * 1000)
-            due.append((key, raw, max(1, ttl_ms)))
+            due.append((key, raw, max(1, marking.ttl_ms(now - started))))
         if not due:
             return None
         call = Mark(inprogress_key=marking.inprogress_key, marks=due)

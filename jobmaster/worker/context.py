@@ -63,7 +63,8 @@ class WorkerContext:
     def __post_init__(self) -> None:
         marking = None
         if self.status_ttl:
-            marking = Marking(self.scripts.mark, self.inprogress_key, self.status_ttl)
+            horizon = max(1, round(self.config.heartbeat_ttl))
+            marking = Marking(self.scripts.mark, self.inprogress_key, self.status_ttl, horizon)
         self.acks = Acks(self.redis, marking)
 
     @classmethod

@@ -119,8 +119,10 @@ class Executor:
                 return self._end(job, HeldBack(held.seconds, str(held)), started)
         _event(logging.INFO, "job.start", job, "start")
         # "working", in a round trip made anyway (acks.py)
-        self.acks.mark(self.keys.status(job.jid), job.raw)
+        status_key = self.keys.status(job.jid)
+        self.acks.mark(status_key, job.raw)
         ending, took = self._call(job, function)
+        self.acks.ended(status_key)  # its mark is kept alive no more
         outcome = self._end(job, ending, started, took)
         if around is not None:
             middleware.after_process(chain, around, ending.error)

@@ -19,6 +19,8 @@ Duties, each on its own period:
   of its own (``on_lease``: worker/orphan_scan.py), never in this one: a
   flood of members must not hold up our own beat. The master's scan at its
   start (``recover_left_behind``) takes no lease;
+- keep the "working" status of jobs running long alive (worker/acks.py), in
+  the beat's own transaction;
 - delete our ``silent`` mark at each beat: a scan that found our heartbeat
   missing (deleted by someone) waits a grace for us, and our beat tells it
   we live (recovery.py's fence);
@@ -114,8 +116,16 @@ class Heartbeat(threading.Thread):
         if claim_scan:
             lease_ms = max(1, round(self.orphan_interval * 1000))
             pipe.set(keys.orphan_scan_lease, ctx.name, nx=True, px=lease_ms)
+        own = len(pipe)
+        # Jobs running long keep their "working" status alive (acks.py); its
+        # failure (our in-progress list forged as another type) is not the beat's.
+        ctx.acks.refresh(pipe)
         try:
-            added, _, _, _, commands, *claimed = pipe.execute()
+            replies = pipe.execute(raise_on_error=False)
+            failed = next((r for r in replies[:own] if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            added, _, _, _, commands, *rest = replies[:own]
         except redis.exceptions.OutOfMemoryError:
             self.server.beat_failed()
             self.keep_alive()
@@ -123,9 +133,12 @@ class Heartbeat(threading.Thread):
         except redis.RedisError:
             self.server.beat_failed()
             raise
+        for reply in replies[own:]:
+            if isinstance(reply, Exception):
+                log.warning("could not keep running jobs' status alive: %s", reply)
         self.dispatch(commands)
         self.server.beat_done(was_registered=not added)
-        return bool(claimed and claimed[0])
+        return bool(claim_scan and rest[0])
 
     @property
     def ttl(self) -> int:

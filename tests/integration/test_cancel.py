@@ -15,7 +15,7 @@ import redis
 import jobmaster
 from jobmaster import payload as wire
 from jobmaster.api import Canceller, Queue, RetrySet, ScheduledSet, Stats
-from jobmaster.api.cancels import FIND_PAGE
+from jobmaster.api.queues import FIND_PAGE
 from jobmaster.client import Client
 from jobmaster.keys import Keys
 from tests import jobs

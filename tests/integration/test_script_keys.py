@@ -188,6 +188,11 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
     assert not store.sismember(K.processes, "host:1:silent")
     assert len(DeadSet(client).page(0, 10)) == 3  # PEEK: the operator's listings
     Queue("default", client).page(0, 10)  # PEEK_LIST: a queue's page
+    # Dropping queued jobs: a delete and a clear (POP_OLDEST) give their
+    # statuses a TTL (EXPIRE_WAITING).
+    Queue("gone", client).delete(str(client.push({"job": "tests.record", "queue": "gone"})))
+    client.push({"job": "tests.record", "args": ["cleared"], "queue": "gone"})
+    assert Queue("gone", client).clear() == 1
 
     entry = PeriodicEntry("tick", "tests.record", every=1, unique=True)
     PeriodicTicker(store, K, [entry], status_ttl=60).tick(time.time())  # PERIODIC

@@ -41,7 +41,7 @@ class Counted:
 def acks_on(store: redis.Redis) -> tuple[Acks, Counted, Scripts]:
     scripts = Scripts(store)
     mark = Counted(scripts.mark)
-    return Acks(store, Marking(mark, INPROG, 600)), mark, scripts  # type: ignore[arg-type]
+    return Acks(store, Marking(mark, INPROG, 600, 60)), mark, scripts  # type: ignore[arg-type]
 
 
 def test_a_job_still_running_after_the_delay_is_marked_working(store: redis.Redis) -> None:
@@ -103,3 +103,32 @@ def test_no_op_jobs_cost_no_mark_and_a_slow_one_shows_working(
         assert calls == [1]
     finally:
         worker.stop(timeout=5)
+
+
+def test_a_long_runs_mark_is_renewed_on_the_heartbeats_pipeline_until_it_ends(
+    store: redis.Redis,
+) -> None:
+    """status_ttl 1, heartbeat TTL 2: the mark lasts status_ttl + 2 s, and only
+    a renewal keeps it past that (the heartbeat sends ``refresh``'s MARK)."""
+    scripts = Scripts(store)
+    acks = Acks(store, Marking(scripts.mark, INPROG, 1, 2))
+    store.lpush(INPROG, b"long")
+    acks.mark(K.status("long"), b"long")
+    wait_until(lambda: store.get(K.status("long")) == b"working", timeout=2)
+    assert 2_000 < store.pttl(K.status("long")) <= 3_000  # not the 1 s left of status_ttl
+    store.pexpire(K.status("long"), 10)  # as if it ran its mark's whole TTL
+    pipe = store.pipeline()
+    acks.refresh(pipe)
+    assert pipe.execute() == [1]
+    assert 2_000 < store.pttl(K.status("long")) <= 3_000
+    acks.ended(K.status("long"))
+    pipe = store.pipeline()
+    acks.refresh(pipe)
+    assert pipe.execute() == []  # nothing kept alive once it ended
+
+
+def test_a_mark_that_leaves_two_heartbeat_ttls_keeps_the_runtime_exact() -> None:
+    marking = Marking(None, INPROG, 600, 60)  # type: ignore[arg-type]
+    assert marking.ttl_ms(10.0) == 590_000 and not marking.refreshed(10.0)
+    assert marking.ttl_ms(481.0) == 660_000 and marking.refreshed(481.0)
+    assert Marking(None, INPROG, 2, 60).ttl_ms(0.05) == 62_000  # type: ignore[arg-type]

@@ -386,6 +386,25 @@ def test_a_child_ready_while_quiet_is_quieted(harness: Harness) -> None:
     assert harness.signals_to(child) == [signal.SIGTSTP]
 
 
+def test_a_child_forked_quiet_and_ready_after_a_resume_is_resumed(harness: Harness) -> None:
+    """It started quiet; the CONT sent while it started may have come before
+    its handlers: at ready, the master says the pool's state again."""
+    harness.master.set_quiet(True)
+    harness.master.spawn_missing()
+    child = harness.child(1)
+    harness.master.set_quiet(False)
+    harness.kills.clear()
+    harness.ready(child)
+    assert child.state == RUNNING
+    assert harness.signals_to(child) == [signal.SIGCONT]
+    harness.start_all()  # the others forked quiet too
+    harness.master.handle_sigttin()
+    harness.master.spawn_missing()  # one forked while the pool runs: nothing to say
+    harness.kills.clear()
+    harness.start_all()
+    assert harness.kills == []
+
+
 def test_a_ready_pipe_closed_without_a_byte_leaves_the_child_starting(harness: Harness) -> None:
     harness.master.spawn_missing()
     child = harness.child(1)

@@ -280,6 +280,16 @@ def test_peek_list() -> None:
     check(named(S.PeekList), {"key": 1}, {"start": 1, "stop": 2, "keep": 3})
 
 
+def test_pop_oldest() -> None:
+    check(named(S.PopOldest), {"queue_key": 1}, {"most": 1, "keep": 2})
+
+
+def test_expire_waiting() -> None:
+    call = named(S.ExpireWaiting, status_keys=["a", "b"])
+    check(call, {}, {"ttl": 1}, elsewhere=("status_keys",))
+    assert call.keys() == ["a", "b"]
+
+
 def test_control_pop() -> None:
     check(named(S.ControlPop), {"key": 1}, {"most": 1, "keep": 2})
 
@@ -299,7 +309,7 @@ def test_cancel_request() -> None:
 
 
 def test_find_queued() -> None:
-    check(named(S.FindQueued), {"queue_key": 1}, {"jid": 1, "start": 2, "size": 3})
+    check(named(S.FindQueued), {"queue_key": 1}, {"jid": 1, "start": 2, "size": 3, "keep": 4})
 
 
 def test_cancel() -> None:
@@ -345,6 +355,8 @@ def test_every_builder_has_a_test_here() -> None:
         "BatchCancel",
         "Peek",
         "PeekList",
+        "PopOldest",
+        "ExpireWaiting",
         "ControlPop",
         "QueueEnds",
         "CancelRequest",

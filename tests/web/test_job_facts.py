@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import time
+import tracemalloc
 
 import pytest
 import redis
 from starlette.testclient import TestClient
 
 from jobmaster import payload as wire
+from jobmaster.api.base import Backend
+from jobmaster.api.queues import find_queued
+from jobmaster.api.records import PEEK_BYTES
 from jobmaster.keys import Keys
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,3 +71,60 @@ def test_a_sealed_result_is_shown_as_sealed(client: TestClient, conn: redis.Redi
     conn.set(K.result("sealed1"), "jm1.00000000.c2VjcmV0LXRva2VuLWJvZHk=")
     page = client.get("/jobs/sealed1").text
     assert "(sealed: encrypt=True" in page and "c2VjcmV0" not in page
+
+
+def queue_job(conn: redis.Redis, payload: dict[str, object]) -> str:
+    """As PUSH leaves a job: its entry, its queue's name known, status queued."""
+    conn.lpush(K.queue(str(payload["queue"])), wire.encode(payload))
+    conn.sadd(K.queues, str(payload["queue"]))
+    conn.set(K.status(str(payload["jid"])), "queued")
+    return str(payload["jid"])
+
+
+def test_a_queued_job_shows_its_name_queue_and_arguments(
+    client: TestClient, conn: redis.Redis
+) -> None:
+    """The rest of issue 24 item 11: a job still in a queue showed none of them."""
+    conn.lpush(K.queue("mail"), wire.encode(wire.build("tests.other", [1], {}, queue="mail")))
+    jid = queue_job(conn, wire.build("tests.send_mail", ["ann@example.com"], {}, queue="mail"))
+    page = client.get(f"/jobs/{jid}").text
+    shown = facts_of(page)
+    assert "tests.send_mail" in shown and ">mail</a>" in shown
+    assert "ann@example.com" in shown
+    assert "queue mail" in page
+
+
+def test_a_queued_encrypted_jobs_arguments_stay_hidden(
+    client: TestClient, conn: redis.Redis
+) -> None:
+    payload = wire.build("tests.pay", [], {}, queue="default")
+    payload["encrypted"] = "jm1.00000000.c2VjcmV0"
+    shown = facts_of(client.get(f"/jobs/{queue_job(conn, payload)}").text)
+    assert "tests.pay" in shown and "(sealed: encrypt=True)" in shown
+    assert "c2VjcmV0" not in shown
+
+
+HUGE = 16 * 1024 * 1024
+
+
+def test_a_huge_queued_entry_is_not_read_whole_for_its_page(
+    client: TestClient, conn: redis.Redis, redis_url: str
+) -> None:
+    """FIND_QUEUED returned the whole entry: a forged 100 MB one was read whole
+    to show one page. With a byte cap, only its first bytes cross the wire."""
+    jid = queue_job(conn, wire.build("tests.big", ["x" * HUGE], {}, queue="default"))
+    found = find_queued(Backend.resolve(conn), jid)
+    assert found is not None
+    queue, head, length = found
+    assert queue.name == "default" and len(head) == PEEK_BYTES and length > HUGE
+    tracemalloc.start()
+    try:
+        page = client.get(f"/jobs/{jid}")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert page.status_code == 200 and len(page.content) < 1024 * 1024
+    assert peak < HUGE // 4, f"the page took {peak:,} bytes"
+    assert "tests.big" in facts_of(page.text)
+    whole = find_queued(Backend.resolve(conn), jid, keep=0)  # as cancel needs it
+    assert whole is not None and len(whole[1]) == whole[2] > HUGE

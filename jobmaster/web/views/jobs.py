@@ -1,5 +1,5 @@
 """``/jobs/JID``: a job's status, its result once complete, where it is now (a set,
-or running), its attempts; cancel it (from here or the Busy page).
+a queue, or running), its attempts; cancel it (from here or the Busy page).
 
 ``/jobs?jid=...`` is the search box's target: it redirects to the job's page.
 """
@@ -15,7 +15,11 @@ from starlette.responses import RedirectResponse, Response
 
 from jobmaster import results
 from jobmaster.api import Canceller, JobRecord
-from jobmaster.api.cancels import CANCELLABLE, CONFIRM_WAIT
+from jobmaster.api.base import Backend
+from jobmaster.api.cancels import CANCELLABLE, CONFIRM_WAIT, PLACES
+from jobmaster.api.queues import find_queued
+from jobmaster.api.records import PEEK_BYTES
+from jobmaster.client import Client
 from jobmaster.web.dashboard import SETS, dashboard
 from jobmaster.web.formatting import record_arguments
 from jobmaster.web.routing import action, page, render, to
@@ -42,6 +46,8 @@ def job(request: Request) -> Response:
             places.append((f"running in {running.identity}", "/busy", running.record))
     client = board.client
     status = client.status(jid)
+    if not places and status in QUEUED:
+        places += queued(client, jid)
     attempts = client.attempts(jid)
     return render(
         request,
@@ -54,6 +60,21 @@ def job(request: Request) -> Response:
         places=places,
         facts=facts(places[0][2] if places else None, attempts[-1] if attempts else {}),
     )
+
+
+QUEUED = frozenset(place for place, where in PLACES.items() if "queue" in where)
+
+
+def queued(client: Client, jid: str) -> list[tuple[str, str, JobRecord]]:
+    """Where the job waits in a queue, as a place of the page: its entry read to
+    ``PEEK_BYTES`` at most (FIND_QUEUED's cap), so that a forged 100 MB entry
+    is never read whole to show a page; an entry read in part still names its
+    job and queue (records.py)."""
+    found = find_queued(Backend.resolve(client), jid, keep=PEEK_BYTES)
+    if found is None:
+        return []
+    queue, head, length = found
+    return [(f"queue {queue.name}", "/queues", JobRecord.parse(head, length))]
 
 
 def facts(record: JobRecord | None, last: dict[str, Any]) -> dict[str, str | None]:
