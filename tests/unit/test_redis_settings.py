@@ -301,9 +301,10 @@ def test_workers_make_their_settings_the_default_unless_the_app_configured_one(
 
 @pytest.mark.parametrize("concurrency", [1, 5, 25])
 def test_the_worker_pool_has_room_for_every_thread_that_uses_redis(concurrency: int) -> None:
-    # processors + main, heartbeat, poller, self-check, wakeup listener, watchdog,
-    # cancel requests, status marks + margin 2
-    assert pool_size(concurrency) == concurrency + 8 + 2
+    # processors + main, heartbeat, orphan scan, poller, self-check, wakeup
+    # listener, watchdog, cancel requests (its pub/sub and its fallback read),
+    # status marks + margin 2
+    assert pool_size(concurrency) == concurrency + 10 + 2
     config = Config(redis_url="redis://127.0.0.1:1/0", concurrency=concurrency)
     ctx = WorkerContext.create(config)
-    assert ctx.redis.connection_pool.max_connections == concurrency + 10
+    assert ctx.redis.connection_pool.max_connections == concurrency + 12
