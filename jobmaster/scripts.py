@@ -62,13 +62,21 @@ class ScriptCall(ABC):
 # KEYS[3..] each payload's status key, in payload order (none when ARGV[3] is 0)
 # ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3] status TTL (s, 0 = off),
 # ARGV[4..] payloads
-# Returns the number of payloads pushed.
+# Returns the number of payloads pushed. A queue key that holds another type
+# (forged) fails the push whole, before any write, with an error naming the
+# key (a failed LPUSH named nothing). The set of queue names is only an index:
+# one of another type is passed over (its SADD came after the LPUSH, so the
+# producer heard an error for jobs that were queued, and a retry doubled them).
 PUSH = """
+local held = redis.call('TYPE', KEYS[1])['ok']
+if held ~= 'list' and held ~= 'none' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. held .. ': nothing pushed')
+end
 local n = #ARGV - 3
 for i = 4, #ARGV, 500 do
   redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
 end
-redis.call('SADD', KEYS[2], ARGV[1])
+redis.pcall('SADD', KEYS[2], ARGV[1])
 if tonumber(ARGV[3]) > 0 then
   for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued', 'EX', ARGV[3]) end
 end
@@ -904,8 +912,13 @@ class BuryStep(ScriptCall):
 # ARGV[1] entry name, ARGV[2] queue name, ARGV[3] wakeup channel,
 # ARGV[4] status TTL (s, 0 = off), ARGV[5] unique lock TTL (s, 0 = not unique),
 # ARGV[6..] triples of slot (unix time), payload and jid, oldest slot first
-# Returns the number of payloads pushed.
+# Returns the number of payloads pushed, or the queue key's type when it
+# holds another type than a list (forged): then nothing is done, no slot
+# claimed and no lock taken (a lock taken before a failing LPUSH was held with
+# no job), and the caller logs it; the entry's other ticks go on.
 PERIODIC = """
+local held = redis.call('TYPE', KEYS[2])['ok']
+if held ~= 'list' and held ~= 'none' then return held end
 local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or -math.huge
 local pushed, newest = 0, nil
 for i = 6, #ARGV, 3 do
@@ -923,7 +936,7 @@ for i = 6, #ARGV, 3 do
 end
 if newest then redis.call('HSET', KEYS[1], ARGV[1], newest) end
 if pushed > 0 then
-  redis.call('SADD', KEYS[3], ARGV[2])
+  redis.pcall('SADD', KEYS[3], ARGV[2])
   redis.call('PUBLISH', ARGV[3], pushed)
 end
 return pushed
@@ -976,15 +989,22 @@ class Periodic(ScriptCall):
 # ARGV[1] jid, ARGV[2] lock TTL (s), ARGV[3] payload, ARGV[4] 'queue' | 'zset',
 # ARGV[5] score (zset), ARGV[6] queue name, ARGV[7] wakeup channel,
 # ARGV[8] status TTL (s, 0 = off)
-# Returns 1 if enqueued, 0 if a job already holds the lock.
+# Returns 1 if enqueued, 0 if a job already holds the lock. A target that
+# holds another type (forged) fails it whole, before the lock is taken, with
+# an error naming the key: a lock taken before a failing push was held, with
+# no job, until its TTL.
 PUSH_UNIQUE = """
+local held = redis.call('TYPE', KEYS[2])['ok']
+if held ~= 'none' and held ~= (ARGV[4] == 'zset' and 'zset' or 'list') then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. held .. ': nothing pushed')
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
 if ARGV[4] == 'zset' then
   redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
   if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'scheduled', 'EX', ARGV[8]) end
 else
   redis.call('LPUSH', KEYS[2], ARGV[3])
-  redis.call('SADD', KEYS[3], ARGV[6])
+  redis.pcall('SADD', KEYS[3], ARGV[6])
   if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'queued', 'EX', ARGV[8]) end
   redis.call('PUBLISH', ARGV[7], 1)
 end
