@@ -363,18 +363,46 @@ class Finish(ScriptCall):
 # the scheduled poller pushes it within a poll.
 # ``via``: {queues = set of queue names, wakeup = wakeup channel prefix,
 # ttl = status TTL (s), queue_prefix, status_prefix ('' = status off),
-# scheduled = the scheduled set}. Channels are not keys: the wakeup channel
-# is built from its prefix.
+# scheduled = the scheduled set, dead = the dead set (nil in BATCH_ADD),
+# now = unix time (JSON number text)}. Channels are not keys: the wakeup
+# channel is built from its prefix.
 # A queue key that holds another type (forged) would fail the LPUSH after the
 # step's other writes, which Redis keeps: a chain's next step was then in no
 # key at all. Such a job goes to the scheduled set instead, due at once,
-# where the poller buries it with the reason (SPEC §8: it lands somewhere).
+# where the poller buries it with the reason (SPEC §8: it lands somewhere);
+# and when the scheduled set holds another type too, straight to the dead
+# set, with the reason in the payload (``park``). Only a job that none of the
+# three takes raises (trapped by SETTLE_WORKFLOW, logged by Redis): BATCH_ADD,
+# which has no dead set, refuses a forged scheduled set before any write.
 BATCH_FUNCTIONS = """
+local function takes(key, kind)
+  local held = redis.call('TYPE', key)['ok']
+  return held == kind or held == 'none', held
+end
+local function park(via, payload, score, status_key)
+  local fits, held = takes(via.scheduled, 'zset')
+  if fits then
+    redis.call('ZADD', via.scheduled, score, payload)
+    if status_key and via.status_prefix ~= '' then
+      redis.call('SET', status_key, 'scheduled', 'EX', via.ttl)
+    end
+    return
+  end
+  local why = 'could not be queued: ' .. via.scheduled .. ' holds a ' .. held
+  if via.dead and takes(via.dead, 'zset') then
+    local entry = string.sub(payload, 1, -2) .. ',"dead_reason":' .. cjson.encode(why)
+      .. ',"died_at":' .. via.now .. '}'
+    redis.call('ZADD', via.dead, via.now, entry)
+    if status_key and via.status_prefix ~= '' then
+      redis.call('SET', status_key, 'dead', 'EX', via.ttl)
+    end
+    return
+  end
+  error('jobmaster: a job lands nowhere: ' .. why)
+end
 local function push_job(via, queue_key, status_key, queue, payload)
-  local held = redis.call('TYPE', queue_key)['ok']
-  if held ~= 'list' and held ~= 'none' then
-    redis.call('ZADD', via.scheduled, 0, payload)
-    if via.status_prefix ~= '' then redis.call('SET', status_key, 'scheduled', 'EX', via.ttl) end
+  if not takes(queue_key, 'list') then
+    park(via, payload, 0, status_key)
     return
   end
   redis.call('LPUSH', queue_key, payload)
@@ -393,7 +421,7 @@ local function fire(batch, which, now, via, targets)
       and (via.status_prefix == '' or target[2] == via.status_prefix .. cb[2]) then
     push_job(via, target[1], target[2], cb[1], payload)
   else
-    redis.call('ZADD', via.scheduled, now, payload)
+    park(via, payload, now, nil)
   end
 end
 local function settle(batch, failed, now, via, targets)
@@ -423,12 +451,12 @@ class CallbackTargets:
 
 # The workflow part of FINISH_STEP and BURY_STEP: what a job's end does to
 # its chain (push the next step, or the chain's on_failure) and its batch
-# (counters, callbacks). ``k`` (13 keys): {set of queue names, the batch hash
+# (counters, callbacks). ``k`` (14 keys): {set of queue names, the batch hash
 # (any key without a batch), the batch's failed set, the chain hash (any key
 # without a chain), the queue list and status key of the job pushed with it
 # (any keys without one), the queue list and status key of the batch's
 # on_complete, on_success and on_death callbacks (any keys where unknown, see
-# BATCH_FUNCTIONS), the scheduled set}. ``a``: {queue key prefix, wakeup
+# BATCH_FUNCTIONS), the scheduled set, the dead set}. ``a``: {queue key prefix, wakeup
 # channel prefix, status key prefix ('' = status off), batch event '' |
 # 'succeeded' | 'failed' | 'dead' | 'skipped', now (unix time, JSON number
 # text), chain event '' | 'next' | 'last' | 'failed', queue, jid and payload
@@ -437,7 +465,7 @@ class CallbackTargets:
 WORKFLOW_FUNCTION = """
 local function workflow_step(k, a)
   local via = {queues = k[1], wakeup = a[2], ttl = a[12], queue_prefix = a[1],
-               status_prefix = a[3], scheduled = k[13]}
+               status_prefix = a[3], scheduled = k[13], dead = k[14], now = a[5]}
   local targets = {complete = {k[7], k[8]}, success = {k[9], k[10]}, death = {k[11], k[12]}}
   local now, jid = a[5], a[11]
   local chain_event = a[6]
@@ -487,6 +515,7 @@ class WorkflowStep:
     follow_status_key: str
     callbacks: CallbackTargets
     scheduled_key: str
+    dead_key: str
     queue_prefix: str
     wakeup_prefix: str
     status_prefix: str  # '' = status off
@@ -508,6 +537,7 @@ class WorkflowStep:
             self.follow_status_key,
             *self.callbacks.keys(),
             self.scheduled_key,
+            self.dead_key,
         ]
 
     def argv(self) -> list[Arg]:
@@ -550,7 +580,7 @@ end
 # the payload from the in-progress list moves the workflow: a job requeued
 # from under us (a recovered orphan) runs again and is counted then.
 # KEYS and ARGV as FINISH (KEYS[1..10], ARGV[1..16], the result and the
-# channel always given), then the workflow part's ``k`` (the last 13 KEYS)
+# channel always given), then the workflow part's ``k`` (the last 14 KEYS)
 # and ``a`` (the last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13])
 # and status TTL (ARGV[11]), which FINISH has already. Counted from the end,
 # so that FINISH may grow without renumbering them. Built by FinishStep: a
@@ -565,7 +595,7 @@ FINISH_STEP = (
 if removed == 0 then return 0 end
 local step_args = {unpack(ARGV, #ARGV - 9)}
 step_args[11], step_args[12] = ARGV[13], ARGV[11]
-settle_workflow({unpack(KEYS, #KEYS - 12)}, step_args)
+settle_workflow({unpack(KEYS, #KEYS - 13)}, step_args)
 return 1
 """
 )
@@ -599,12 +629,19 @@ class FinishStep(ScriptCall):
 # number of hash fields set when the batch is created, ARGV[9 .. 8+2n] those
 # field/value pairs, then quadruples: queue, due time (0 = now; else the job
 # goes to the scheduled set, where its payload is complete), jid, payload.
-# Returns the batch's pending count.
+# Returns the batch's pending count. A scheduled set of another type (forged)
+# fails it whole, before any write, with an error naming the key: a job or
+# callback whose queue refuses it waits there, and a producer has no dead set
+# to fall back on (BATCH_FUNCTIONS).
 BATCH_ADD = (
     BATCH_FUNCTIONS
     + """
+local fits, held = takes(KEYS[5], 'zset')
+if not fits then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[5] .. ' holds a ' .. held .. ': nothing pushed')
+end
 local via = {queues = KEYS[4], wakeup = ARGV[5], ttl = ARGV[7], queue_prefix = ARGV[4],
-             status_prefix = ARGV[6], scheduled = KEYS[5]}
+             status_prefix = ARGV[6], scheduled = KEYS[5], now = ARGV[2]}
 local targets = {complete = {KEYS[6], KEYS[7]}, success = {KEYS[8], KEYS[9]},
                  death = {KEYS[10], KEYS[11]}}
 local fields = tonumber(ARGV[8])
@@ -866,7 +903,7 @@ class Bury(ScriptCall):
 # BURY_STEP: BURY of a batch or chain job, with the workflow's step: the
 # batch counts the death (and may complete), the chain stops. Without it such
 # a batch would never complete.
-# KEYS[1..6] and ARGV[1..16] as BURY, then KEYS[7..19] and ARGV[17..26] the
+# KEYS[1..6] and ARGV[1..16] as BURY, then KEYS[7..20] and ARGV[17..26] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
 # TTL, and ARGV[27] the job's jid. Built by BuryStep: a Bury, then a
 # WorkflowStep, then the jid.
@@ -880,7 +917,7 @@ BURY_STEP = (
     + """
 local step_args = {unpack(ARGV, 17, 27)}
 step_args[12] = ARGV[11]
-settle_workflow({unpack(KEYS, 7, 19)}, step_args)
+settle_workflow({unpack(KEYS, 7, 20)}, step_args)
 return buried
 """
 )
@@ -1457,7 +1494,7 @@ class Cancel(ScriptCall):
 # CANCEL_STEP: CANCEL of a batch or chain job, with the workflow's step: the
 # batch counts it as failed (it will not run, so on_success never fires and
 # on_complete fires once the others have run), the chain stops.
-# KEYS[1..3] and ARGV[1..6] as CANCEL, then KEYS[4..16] and ARGV[7..16] the
+# KEYS[1..3] and ARGV[1..6] as CANCEL, then KEYS[4..17] and ARGV[7..16] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
 # TTL, and ARGV[17] the job's jid. Built by CancelStep: a Cancel, then a
 # WorkflowStep, then the jid (as BuryStep).
@@ -1470,7 +1507,7 @@ CANCEL_STEP = (
     + """
 local step_args = {unpack(ARGV, 7, 16)}
 step_args[11], step_args[12] = ARGV[17], ARGV[5]
-settle_workflow({unpack(KEYS, 4, 16)}, step_args)
+settle_workflow({unpack(KEYS, 4, 17)}, step_args)
 return 1
 """
 )
