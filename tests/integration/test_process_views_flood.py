@@ -138,3 +138,17 @@ def test_the_busy_page_lists_the_live_master_and_says_what_it_skipped(
     assert MASTER in page.text
     assert "no identity: skipped" in page.text and "not read" in page.text
     assert commands(store).get("hgetall", 0) <= EXAMINED + PAGE
+
+
+def test_the_front_page_numbers_read_the_process_sets_in_pages(store: redis.Redis) -> None:
+    from jobmaster.api import Stats
+
+    flood(store)
+    live_master(store)
+    store.config_resetstat()
+    stats = Stats(store)
+    assert (stats.masters, stats.processes, stats.busy) == (1, 0, 0)
+    used = commands(store)
+    assert used.get("smembers", 0) <= 2  # the queue names and the paused set only
+    assert used.get("hget", 0) + used.get("exists", 0) == 0
+    assert used.get("hgetall", 0) <= (EXAMINED + PAGE) // 2 + 1
