@@ -191,10 +191,27 @@ class Client:
             queue, chunk = calls[0]
             self._push_call(queue, chunk).run(self.scripts.push)
             return
+        if len(by_queue) > 1 or pipe is not None:
+            # PUSH refuses a queue key of another type before any write, but
+            # only its own: the other calls, or the pipe's own commands (a
+            # chain's hash), would land without it. So their keys are read
+            # first: one round trip, off the one-queue path.
+            self._check_queues(list(by_queue))
         pipe = pipe or self.redis.pipeline(transaction=False)
         for queue, chunk in calls:
             self._push_call(queue, chunk).run(self.scripts.push, client=pipe)
         pipe.execute()
+
+    def _check_queues(self, queues: list[str]) -> None:
+        """Raise, naming the key, if one of ``queues`` holds another type than a list."""
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in queues:
+            pipe.type(self.keys.queue(queue))
+        for queue, held in zip(queues, pipe.execute(), strict=True):
+            kind = held.decode() if isinstance(held, bytes) else str(held)
+            if kind not in ("list", "none"):
+                key = self.keys.queue(queue)
+                raise redis.ResponseError(f"WRONGTYPE {key} holds a {kind}: nothing pushed")
 
     def _push_call(self, queue: str, chunk: list[dict[str, Any]]) -> Push:
         status = [self.keys.status(str(p["jid"])) for p in chunk] if self.status_ttl else []

@@ -178,6 +178,7 @@ class PeriodicTicker:
         self.registered = False
         self.failing_since: float | None = None
         self.broken: set[str] = set()
+        self.refused: set[str] = set()  # entries whose queue's key holds another type
 
     def tick(self, now: float) -> list[str]:
         """Enqueue what is due at ``now``; returns one entry name per job enqueued."""
@@ -283,7 +284,12 @@ class PeriodicTicker:
             lock_ttl=LOCK_TTL if entry.unique else 0,
             slots=claims,
         )
-        pushed = int(call.run(self.scripts.periodic))
+        reply = call.run(self.scripts.periodic)
+        if isinstance(reply, bytes):  # the queue's key holds another type: nothing done
+            self._refused(entry.name, f"{call.queue_key} holds a {reply.decode(errors='replace')}")
+            return []
+        self.refused.discard(entry.name)
+        pushed = int(reply)
         if pushed:
             log.debug(
                 "periodic %s: enqueued %s on %s (%d job(s), latest slot %s)",
@@ -301,6 +307,12 @@ class PeriodicTicker:
         except Exception:
             self._broken(entry.name, "has no next slot")
             return math.inf
+
+    def _refused(self, name: str, why: str) -> None:
+        """Logged once until the entry enqueues again: a tick comes every second."""
+        if name not in self.refused:
+            self.refused.add(name)
+            log.error("periodic %s: not enqueued, its slots left unclaimed: %s", name, why)
 
     def _broken(self, name: str, what: str) -> None:
         if name not in self.broken:

@@ -83,11 +83,15 @@ class ScriptCall(ABC):
 # a queued status has no TTL: module docstring), ARGV[4..] payloads
 # Returns the number of payloads pushed.
 PUSH = """
+local held = redis.call('TYPE', KEYS[1])['ok']
+if held ~= 'list' and held ~= 'none' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. held .. ': nothing pushed')
+end
 local n = #ARGV - 3
 for i = 4, #ARGV, 500 do
   redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
 end
-redis.call('SADD', KEYS[2], ARGV[1])
+redis.pcall('SADD', KEYS[2], ARGV[1])
 if tonumber(ARGV[3]) > 0 then  -- no TTL while it waits (module docstring)
   for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued') end
 end
@@ -392,18 +396,46 @@ class Finish(ScriptCall):
 # the scheduled poller pushes it within a poll.
 # ``via``: {queues = set of queue names, wakeup = wakeup channel prefix,
 # ttl = status TTL (s), queue_prefix, status_prefix ('' = status off),
-# scheduled = the scheduled set}. Channels are not keys: the wakeup channel
-# is built from its prefix.
+# scheduled = the scheduled set, dead = the dead set (nil in BATCH_ADD),
+# now = unix time (JSON number text)}. Channels are not keys: the wakeup
+# channel is built from its prefix.
 # A queue key that holds another type (forged) would fail the LPUSH after the
 # step's other writes, which Redis keeps: a chain's next step was then in no
 # key at all. Such a job goes to the scheduled set instead, due at once,
-# where the poller buries it with the reason (SPEC §8: it lands somewhere).
+# where the poller buries it with the reason (SPEC §8: it lands somewhere);
+# and when the scheduled set holds another type too, straight to the dead
+# set, with the reason in the payload (``park``). Only a job that none of the
+# three takes raises (trapped by SETTLE_WORKFLOW, logged by Redis): BATCH_ADD,
+# which has no dead set, refuses a forged scheduled set before any write.
 BATCH_FUNCTIONS = """
+local function takes(key, kind)
+  local held = redis.call('TYPE', key)['ok']
+  return held == kind or held == 'none', held
+end
+local function park(via, payload, score, status_key)
+  local fits, held = takes(via.scheduled, 'zset')
+  if fits then
+    redis.call('ZADD', via.scheduled, score, payload)
+    if status_key and via.status_prefix ~= '' then
+      redis.call('SET', status_key, 'scheduled', 'EX', via.ttl)
+    end
+    return
+  end
+  local why = 'could not be queued: ' .. via.scheduled .. ' holds a ' .. held
+  if via.dead and takes(via.dead, 'zset') then
+    local entry = string.sub(payload, 1, -2) .. ',"dead_reason":' .. cjson.encode(why)
+      .. ',"died_at":' .. via.now .. '}'
+    redis.call('ZADD', via.dead, via.now, entry)
+    if status_key and via.status_prefix ~= '' then
+      redis.call('SET', status_key, 'dead', 'EX', via.ttl)
+    end
+    return
+  end
+  error('jobmaster: a job lands nowhere: ' .. why)
+end
 local function push_job(via, queue_key, status_key, queue, payload)
-  local held = redis.call('TYPE', queue_key)['ok']
-  if held ~= 'list' and held ~= 'none' then
-    redis.call('ZADD', via.scheduled, 0, payload)
-    if via.status_prefix ~= '' then redis.call('SET', status_key, 'scheduled', 'EX', via.ttl) end
+  if not takes(queue_key, 'list') then
+    park(via, payload, 0, status_key)
     return
   end
   redis.call('LPUSH', queue_key, payload)
@@ -422,7 +454,7 @@ local function fire(batch, which, now, via, targets)
       and (via.status_prefix == '' or target[2] == via.status_prefix .. cb[2]) then
     push_job(via, target[1], target[2], cb[1], payload)
   else
-    redis.call('ZADD', via.scheduled, now, payload)
+    park(via, payload, now, nil)
   end
 end
 local function settle(batch, failed, now, via, targets)
@@ -452,12 +484,12 @@ class CallbackTargets:
 
 # The workflow part of FINISH_STEP and BURY_STEP: what a job's end does to
 # its chain (push the next step, or the chain's on_failure) and its batch
-# (counters, callbacks). ``k`` (13 keys): {set of queue names, the batch hash
+# (counters, callbacks). ``k`` (14 keys): {set of queue names, the batch hash
 # (any key without a batch), the batch's failed set, the chain hash (any key
 # without a chain), the queue list and status key of the job pushed with it
 # (any keys without one), the queue list and status key of the batch's
 # on_complete, on_success and on_death callbacks (any keys where unknown, see
-# BATCH_FUNCTIONS), the scheduled set}. ``a``: {queue key prefix, wakeup
+# BATCH_FUNCTIONS), the scheduled set, the dead set}. ``a``: {queue key prefix, wakeup
 # channel prefix, status key prefix ('' = status off), batch event '' |
 # 'succeeded' | 'failed' | 'dead' | 'skipped', now (unix time, JSON number
 # text), chain event '' | 'next' | 'last' | 'failed', queue, jid and payload
@@ -466,7 +498,7 @@ class CallbackTargets:
 WORKFLOW_FUNCTION = """
 local function workflow_step(k, a)
   local via = {queues = k[1], wakeup = a[2], ttl = a[12], queue_prefix = a[1],
-               status_prefix = a[3], scheduled = k[13]}
+               status_prefix = a[3], scheduled = k[13], dead = k[14], now = a[5]}
   local targets = {complete = {k[7], k[8]}, success = {k[9], k[10]}, death = {k[11], k[12]}}
   local now, jid = a[5], a[11]
   local chain_event = a[6]
@@ -516,6 +548,7 @@ class WorkflowStep:
     follow_status_key: str
     callbacks: CallbackTargets
     scheduled_key: str
+    dead_key: str
     queue_prefix: str
     wakeup_prefix: str
     status_prefix: str  # '' = status off
@@ -537,6 +570,7 @@ class WorkflowStep:
             self.follow_status_key,
             *self.callbacks.keys(),
             self.scheduled_key,
+            self.dead_key,
         ]
 
     def argv(self) -> list[Arg]:
@@ -579,7 +613,7 @@ end
 # the payload from the in-progress list moves the workflow: a job requeued
 # from under us (a recovered orphan) runs again and is counted then.
 # KEYS and ARGV as FINISH (KEYS[1..10], ARGV[1..16], the result and the
-# channel always given), then the workflow part's ``k`` (the last 13 KEYS)
+# channel always given), then the workflow part's ``k`` (the last 14 KEYS)
 # and ``a`` (the last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13])
 # and status TTL (ARGV[11]), which FINISH has already. Counted from the end,
 # so that FINISH may grow without renumbering them. Built by FinishStep: a
@@ -594,7 +628,7 @@ FINISH_STEP = (
 if removed == 0 then return 0 end
 local step_args = {unpack(ARGV, #ARGV - 9)}
 step_args[11], step_args[12] = ARGV[13], ARGV[11]
-settle_workflow({unpack(KEYS, #KEYS - 12)}, step_args)
+settle_workflow({unpack(KEYS, #KEYS - 13)}, step_args)
 return 1
 """
 )
@@ -628,12 +662,19 @@ class FinishStep(ScriptCall):
 # number of hash fields set when the batch is created, ARGV[9 .. 8+2n] those
 # field/value pairs, then quadruples: queue, due time (0 = now; else the job
 # goes to the scheduled set, where its payload is complete), jid, payload.
-# Returns the batch's pending count.
+# Returns the batch's pending count. A scheduled set of another type (forged)
+# fails it whole, before any write, with an error naming the key: a job or
+# callback whose queue refuses it waits there, and a producer has no dead set
+# to fall back on (BATCH_FUNCTIONS).
 BATCH_ADD = (
     BATCH_FUNCTIONS
     + """
+local fits, held = takes(KEYS[5], 'zset')
+if not fits then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[5] .. ' holds a ' .. held .. ': nothing pushed')
+end
 local via = {queues = KEYS[4], wakeup = ARGV[5], ttl = ARGV[7], queue_prefix = ARGV[4],
-             status_prefix = ARGV[6], scheduled = KEYS[5]}
+             status_prefix = ARGV[6], scheduled = KEYS[5], now = ARGV[2]}
 local targets = {complete = {KEYS[6], KEYS[7]}, success = {KEYS[8], KEYS[9]},
                  death = {KEYS[10], KEYS[11]}}
 local fields = tonumber(ARGV[8])
@@ -908,7 +949,7 @@ class Bury(ScriptCall):
 # BURY_STEP: BURY of a batch or chain job, with the workflow's step: the
 # batch counts the death (and may complete), the chain stops. Without it such
 # a batch would never complete.
-# KEYS[1..6] and ARGV[1..16] as BURY, then KEYS[7..19] and ARGV[17..26] the
+# KEYS[1..6] and ARGV[1..16] as BURY, then KEYS[7..20] and ARGV[17..26] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
 # TTL, and ARGV[27] the job's jid. Built by BuryStep: a Bury, then a
 # WorkflowStep, then the jid.
@@ -922,7 +963,7 @@ BURY_STEP = (
     + """
 local step_args = {unpack(ARGV, 17, 27)}
 step_args[12] = ARGV[11]
-settle_workflow({unpack(KEYS, 7, 19)}, step_args)
+settle_workflow({unpack(KEYS, 7, 20)}, step_args)
 return buried
 """
 )
@@ -954,8 +995,13 @@ class BuryStep(ScriptCall):
 # ARGV[1] entry name, ARGV[2] queue name, ARGV[3] wakeup channel,
 # ARGV[4] status on (> 0; queued: no TTL), ARGV[5] unique lock TTL (s, 0 = not unique),
 # ARGV[6..] triples of slot (unix time), payload and jid, oldest slot first
-# Returns the number of payloads pushed.
+# Returns the number of payloads pushed, or the queue key's type when it
+# holds another type than a list (forged): then nothing is done, no slot
+# claimed and no lock taken (a lock taken before a failing LPUSH was held with
+# no job), and the caller logs it; the entry's other ticks go on.
 PERIODIC = """
+local held = redis.call('TYPE', KEYS[2])['ok']
+if held ~= 'list' and held ~= 'none' then return held end
 local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or -math.huge
 local pushed, newest = 0, nil
 for i = 6, #ARGV, 3 do
@@ -973,7 +1019,7 @@ for i = 6, #ARGV, 3 do
 end
 if newest then redis.call('HSET', KEYS[1], ARGV[1], newest) end
 if pushed > 0 then
-  redis.call('SADD', KEYS[3], ARGV[2])
+  redis.pcall('SADD', KEYS[3], ARGV[2])
   redis.call('PUBLISH', ARGV[3], pushed)
 end
 return pushed
@@ -1026,15 +1072,22 @@ class Periodic(ScriptCall):
 # ARGV[1] jid, ARGV[2] lock TTL (s), ARGV[3] payload, ARGV[4] 'queue' | 'zset',
 # ARGV[5] score (zset), ARGV[6] queue name, ARGV[7] wakeup channel,
 # ARGV[8] status TTL (s, 0 = off; a queued one gets none: module docstring)
-# Returns 1 if enqueued, 0 if a job already holds the lock.
+# Returns 1 if enqueued, 0 if a job already holds the lock. A target that
+# holds another type (forged) fails it whole, before the lock is taken, with
+# an error naming the key: a lock taken before a failing push was held, with
+# no job, until its TTL.
 PUSH_UNIQUE = """
+local held = redis.call('TYPE', KEYS[2])['ok']
+if held ~= 'none' and held ~= (ARGV[4] == 'zset' and 'zset' or 'list') then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. held .. ': nothing pushed')
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
 if ARGV[4] == 'zset' then
   redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
   if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'scheduled', 'EX', ARGV[8]) end
 else
   redis.call('LPUSH', KEYS[2], ARGV[3])
-  redis.call('SADD', KEYS[3], ARGV[6])
+  redis.pcall('SADD', KEYS[3], ARGV[6])
   if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[4], 'queued') end  -- no TTL
   redis.call('PUBLISH', ARGV[7], 1)
 end
@@ -1584,7 +1637,7 @@ class Cancel(ScriptCall):
 # CANCEL_STEP: CANCEL of a batch or chain job, with the workflow's step: the
 # batch counts it as failed (it will not run, so on_success never fires and
 # on_complete fires once the others have run), the chain stops.
-# KEYS[1..3] and ARGV[1..6] as CANCEL, then KEYS[4..16] and ARGV[7..16] the
+# KEYS[1..3] and ARGV[1..6] as CANCEL, then KEYS[4..17] and ARGV[7..16] the
 # workflow part's ``k`` and ``a`` (WORKFLOW_FUNCTION) up to the failed set's
 # TTL, and ARGV[17] the job's jid. Built by CancelStep: a Cancel, then a
 # WorkflowStep, then the jid (as BuryStep).
@@ -1597,7 +1650,7 @@ CANCEL_STEP = (
     + """
 local step_args = {unpack(ARGV, 7, 16)}
 step_args[11], step_args[12] = ARGV[17], ARGV[5]
-settle_workflow({unpack(KEYS, 4, 16)}, step_args)
+settle_workflow({unpack(KEYS, 4, 17)}, step_args)
 return 1
 """
 )

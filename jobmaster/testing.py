@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -30,6 +32,7 @@ from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.outcome import record, run_hook
+from jobmaster.worker.poller import ScheduledPoller
 from jobmaster.worker.wakeup import WorkSignal
 
 WORK_LIMIT = 10_000  # jobs one work() call may run before it calls it a loop
@@ -48,10 +51,10 @@ def inline() -> Iterator[None]:
 def drain(client: Client | None = None, *, include_scheduled: bool = True) -> int:
     """Run every queued job in process, including jobs they enqueue; returns how many ran."""
     client = client or default_client()
-    keys, ran = client.keys, 0
+    keys, ran, ctx = client.keys, 0, _context(client, None)
     while True:
         if include_scheduled:
-            _release_scheduled(client)
+            _release_scheduled(ctx)
         popped, queue = None, ""
         for name in sorted(byte_list(client.redis.smembers(keys.queues))):
             queue = name.decode()
@@ -71,13 +74,31 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
         ran += 1
 
 
-def _release_scheduled(client: Client) -> None:
-    """Every scheduled job and retry onto its queue now, due or not."""
-    keys = client.keys
-    for zset in (keys.scheduled, keys.retry):
-        for raw in byte_list(client.redis.zrange(zset, 0, -1)):
-            if client.redis.zrem(zset, raw):
-                client.push_payloads([wire.decode(raw)])
+def _release_scheduled(ctx: WorkerContext) -> None:
+    """Every scheduled job and retry onto its queue now, due or not, as the
+    poller moves them: each in one TRANSFER, or buried with the reason if its
+    queue refuses it (a ZREM, then a push that failed, lost it)."""
+    poller = ScheduledPoller(ctx, threading.Event())
+    for zset in (ctx.keys.scheduled, ctx.keys.retry):
+        poller.enqueue_due(zset, until=math.inf)
+
+
+def _context(client: Client, config: Config | None) -> WorkerContext:
+    """A worker process's context on ``client``'s Redis: ``config``'s settings,
+    else the client's namespace and status tracking."""
+    if config is None:
+        settings = Config(namespace=client.keys.namespace)
+        settings.track_status = client.status_ttl > 0
+        settings.status_ttl = float(client.status_ttl or settings.status_ttl)
+    else:
+        settings = dataclasses.replace(config)  # its queues are set by work(), not the caller's
+    return WorkerContext(
+        config=settings,
+        identity=Identity(),
+        redis=client.redis,
+        keys=client.keys,
+        scripts=client.scripts,
+    )
 
 
 def work(
@@ -106,24 +127,13 @@ def work(
     that enqueues itself, or is deferred again and again).
     """
     client = Client.from_config(config) if config is not None else default_client()
-    if config is None:
-        settings = Config(namespace=client.keys.namespace)
-        settings.track_status = client.status_ttl > 0
-        settings.status_ttl = float(client.status_ttl or settings.status_ttl)
-    else:
-        settings = dataclasses.replace(config)  # its queues are set below, not the caller's
-    ctx = WorkerContext(
-        config=settings,
-        identity=Identity(),
-        redis=client.redis,
-        keys=client.keys,
-        scripts=client.scripts,
-    )
+    ctx = _context(client, config)
+    settings = ctx.config
     executor = Executor.of(ctx)
     ended: Counter[str] = Counter()
     while ended.total() < limit:
         if include_scheduled:
-            _release_scheduled(client)
+            _release_scheduled(ctx)
         # Every queue known now, in name order: a chain step or a callback
         # may have gone to a queue that did not exist a moment ago.
         known = byte_list(client.redis.smembers(client.keys.queues))

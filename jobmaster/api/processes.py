@@ -20,16 +20,32 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from jobmaster.api.base import Backend, Connection, as_bytes, texts
+from jobmaster.api.base import Backend, Connection, as_bytes
 from jobmaster.api.records import JobRecord
 from jobmaster.connection import byte_list
 from jobmaster.tolerant import answers, number, text
 
 COMMANDS = ("quiet", "resume", "stop")
 CONTROL_TTL = 60  # seconds a command waits for a process that never reads it
+
+# A view reads the masters and processes sets in pages (SSCAN), never whole
+# (SPEC §8): 100,000 forged members made ``jobmaster ps`` and the Busy page
+# read them all with SMEMBERS and then a heartbeat each. A view lists at
+# most LISTED live processes and reads at most EXAMINED members of each set;
+# what it passed over is counted and told (``Listing.notes``). A member that
+# is not an identity costs no round trip at all. The orphan scan drops
+# members without a heartbeat or list once their grace has passed
+# (orphans.py), so a flood of the processes set cleans itself away.
+PAGE = 500  # SSCAN's COUNT: members per round trip (a hint Redis keeps roughly)
+LISTED = 1000
+EXAMINED = 3000
+RUNNING_READ = 100  # entries of one in-progress list a view reads
+# What identity.py writes: host:pid:nonce (no braces, no blanks), short.
+IDENTITY = re.compile(r"[^\s{}:]{1,255}:[0-9]{1,10}:[^\s{}:]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -106,29 +122,104 @@ class RunningJob:
     runtime: float | None
 
 
+@dataclass
+class Listing:
+    """What one view of the live processes read, and what it passed over."""
+
+    processes: list[Process] = field(default_factory=list)
+    members: int = 0  # of the masters and processes sets, when read
+    examined: int = 0  # members read (SSCAN)
+    strangers: int = 0  # members that are no identity: passed over unread
+    silent: int = 0  # identities without a heartbeat (gone, or forged)
+    capped: bool = False  # LISTED live processes found: the reading stopped there
+
+    @property
+    def unread(self) -> int:
+        return max(0, self.members - self.examined)
+
+    def notes(self) -> builtins.list[str]:
+        """One line each for what the view did not show, for ``ps`` and the Busy page."""
+        found = []
+        if self.strangers:
+            found.append(f"{self.strangers} member(s) of the process sets are no identity: skipped")
+        if self.capped:
+            found.append(f"only the first {LISTED} live processes are shown")
+        if self.unread:
+            found.append(
+                f"{self.unread} of {self.members} member(s) of the process sets not read "
+                f"(at most {EXAMINED} read per set: a flood of forged members?)"
+            )
+        return found
+
+
+def identity_of(member: bytes | str) -> str | None:
+    """The member as an identity, or None if it cannot be one (forged, or
+    written by something else): then no round trip is spent on it."""
+    if isinstance(member, bytes):
+        if len(member) > 4 * 340:  # longer than any identity, even in 4-byte characters
+            return None
+        try:
+            member = member.decode()
+        except UnicodeDecodeError:
+            return None
+    return member if IDENTITY.fullmatch(member) else None
+
+
 class ProcessSet:
     def __init__(self, connection: Connection = None, *, namespace: str | None = None) -> None:
         self.backend = Backend.resolve(connection, namespace)
 
     def list(self) -> list[Process]:
-        """Every live process: each master followed by its children, then lone
-        workers (and children whose master is gone), two round trips in all."""
+        """Live processes (at most LISTED): each master followed by its children,
+        then lone workers (and children whose master is gone). ``listing()``
+        says what was passed over."""
+        return self.listing().processes
+
+    def listing(self) -> Listing:
+        """``list()``, with what it passed over: the masters set, then the
+        processes set, a page at a time, each page's heartbeats in one round
+        trip; at most EXAMINED members of each set, LISTED live processes."""
         redis, keys = self.backend.redis, self.backend.keys
         pipe = redis.pipeline(transaction=False)
-        pipe.smembers(keys.masters)
-        pipe.smembers(keys.processes)
-        masters, workers = answers(pipe, set(), set())
-        identities = texts(set(masters) | set(workers))
-        pipe = redis.pipeline(transaction=False)
-        for identity in identities:
-            pipe.hgetall(keys.heartbeat(identity))
-        beats = answers(pipe, *([{}] * len(identities)))
-        found = [
-            Process.from_heartbeat(identity, {text(k): text(v) for k, v in beat.items()})
-            for identity, beat in zip(identities, beats, strict=True)
-            if beat
-        ]
-        return _grouped(found)
+        pipe.scard(keys.masters)
+        pipe.scard(keys.processes)
+        listing = Listing(members=sum(int(n) for n in answers(pipe, 0, 0)))
+        found: dict[str, Process] = {}
+        for key in (keys.masters, keys.processes):
+            for identities in self._pages(key, listing):
+                fresh = [i for i in identities if i not in found]
+                pipe = redis.pipeline(transaction=False)
+                for identity in fresh:
+                    pipe.hgetall(keys.heartbeat(identity))
+                for identity, beat in zip(fresh, answers(pipe, *([{}] * len(fresh))), strict=True):
+                    if not beat:
+                        listing.silent += 1
+                    elif len(found) < LISTED:
+                        info = {text(k): text(v) for k, v in beat.items()}
+                        found[identity] = Process.from_heartbeat(identity, info)
+                    else:
+                        listing.capped = True
+                if listing.capped:
+                    break
+        listing.processes = _grouped(builtins.list(found.values()))
+        return listing
+
+    def _pages(self, key: str, listing: Listing) -> Iterator[builtins.list[str]]:
+        """The identities of ``key``, a page at a time, up to EXAMINED members
+        (a set of another type reads as empty)."""
+        cursor, read = 0, 0
+        while read < EXAMINED:
+            pipe = self.backend.redis.pipeline(transaction=False)
+            pipe.sscan(key, cursor, count=min(PAGE, EXAMINED - read))
+            cursor, members = answers(pipe, (0, []))[0]
+            members = byte_list(members)
+            read += len(members)
+            listing.examined += len(members)
+            identities = [i for i in map(identity_of, members) if i is not None]
+            listing.strangers += len(members) - len(identities)
+            yield identities
+            if int(cursor) == 0:
+                return
 
     def __iter__(self) -> Iterator[Process]:
         return iter(self.list())
@@ -147,28 +238,38 @@ class ProcessSet:
         requeue those jobs first.
         """
         redis, keys = self.backend.redis, self.backend.keys
-        pipe = redis.pipeline(transaction=False)
-        pipe.smembers(keys.masters)
-        pipe.smembers(keys.processes)
-        masters, workers = (texts(m) for m in answers(pipe, set(), set()))
-        pipe = redis.pipeline(transaction=False)
-        for identity in masters:
+        removed = 0
+        for key, lists in ((keys.masters, False), (keys.processes, True)):
+            cursor = 0
+            while True:  # a page at a time: never the whole set in memory (SPEC §8)
+                pipe = redis.pipeline(transaction=False)
+                pipe.sscan(key, cursor, count=PAGE)
+                cursor, members = answers(pipe, (0, []))[0]
+                stale = self._stale(byte_list(members), lists)
+                if stale:
+                    removed += int(redis.srem(key, *stale))
+                if int(cursor) == 0:
+                    break
+        return removed
+
+    def _stale(self, members: builtins.list[bytes], lists: bool) -> builtins.list[bytes]:
+        """The members without a heartbeat (and, with ``lists``, an empty
+        in-progress list); one that is no identity is stale at once."""
+        keys = self.backend.keys
+        named = [(m, identity_of(m)) for m in members]
+        known = [(m, i) for m, i in named if i is not None]
+        pipe = self.backend.redis.pipeline(transaction=False)
+        for _, identity in known:
             pipe.exists(keys.heartbeat(identity))
-        for identity in workers:
-            pipe.exists(keys.heartbeat(identity))
-            pipe.llen(keys.inprogress(identity))
-        replies = pipe.execute()
-        stale_masters = [m for m, up in zip(masters, replies, strict=False) if not up]
-        rest = replies[len(masters) :]
-        stale_workers = [
-            w for i, w in enumerate(workers) if not rest[2 * i] and not rest[2 * i + 1]
-        ]
-        pipe = redis.pipeline(transaction=False)
-        if stale_masters:
-            pipe.srem(keys.masters, *stale_masters)
-        if stale_workers:
-            pipe.srem(keys.processes, *stale_workers)
-        return sum(int(n) for n in pipe.execute())
+            if lists:
+                pipe.llen(keys.inprogress(identity))
+        replies = answers(pipe, *([0] * len(known) * (2 if lists else 1)))
+        step = 2 if lists else 1
+        stale = [m for m, i in named if i is None]
+        for n, (member, _) in enumerate(known):
+            if not any(replies[n * step : n * step + step]):
+                stale.append(member)
+        return stale
 
     # builtins.list: inside this class, ``list`` is the method above.
     def running(self, processes: builtins.list[Process] | None = None) -> builtins.list[RunningJob]:
@@ -177,8 +278,8 @@ class ProcessSet:
         redis, keys = self.backend.redis, self.backend.keys
         workers = [p.identity for p in processes or self.list() if p.role != "master"]
         pipe = redis.pipeline(transaction=False)
-        for identity in workers:
-            pipe.lrange(keys.inprogress(identity), 0, -1)
+        for identity in workers:  # bounded: a forged list may hold millions
+            pipe.lrange(keys.inprogress(identity), 0, RUNNING_READ - 1)
         held = [
             (identity, JobRecord.parse(as_bytes(raw)))
             for identity, reply in zip(workers, answers(pipe, *([[]] * len(workers))), strict=True)

@@ -1,11 +1,13 @@
-"""The numbers of a dashboard's front page, read in two pipelined round trips.
+"""The numbers of a dashboard's front page, read in a few pipelined round trips.
 
 The counters are the ones the FINISH script bumps with each outcome:
 ``stat:processed`` (every job run, failed or not), ``stat:failed`` and
 ``stat:expired`` (jobs fetched past their ``expires_in``, not run), in
 total and per UTC day (``stat:processed:2026-11-29``). The first round trip
-reads them, the sets' sizes and the names of queues and processes; the
-second, each queue's size and oldest job and each process's busy count.
+reads them, the sets' sizes and the names of queues; the second, each
+queue's size and oldest job; then the live processes and their busy counts
+as ``ProcessSet`` reads them, in bounded pages (a flood of forged members of
+the process sets is never read whole).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from jobmaster.api.base import Backend, Connection, texts
 from jobmaster.api.info import redis_info
+from jobmaster.api.processes import ProcessSet
 from jobmaster.api.queues import Queue, records_of
 from jobmaster.tolerant import answers, number
 
@@ -85,15 +88,14 @@ class Stats:
         )
         for zset in (keys.scheduled, keys.retry, keys.dead):
             pipe.zcard(zset)
-        for names in (keys.queues, keys.paused, keys.processes, keys.masters):
+        for names in (keys.queues, keys.paused):
             pipe.smembers(names)
         # A key of the wrong type (forged, or written by something else)
         # answers WRONGTYPE: read as empty, so one such key cannot take down
         # ``stats``, ``queue list`` and every page (SPEC §8).
-        first = answers(pipe, [None] * 7, 0, 0, 0, set(), set(), set(), set())
-        counters, scheduled, retry, dead, known, paused, workers, masters = first
+        first = answers(pipe, [None] * 7, 0, 0, 0, set(), set())
+        counters, scheduled, retry, dead, known, paused = first
         queues, paused_names = texts(set(known) | set(paused)), set(texts(paused))
-        worker_ids, master_ids = texts(workers), texts(masters)
 
         pipe = redis.pipeline(transaction=False)
         for name in queues:
@@ -101,13 +103,11 @@ class Stats:
             # The oldest job, read to PEEK_BYTES only: a forged 100 MB job at a
             # queue's tail is not fetched at every refresh of the front page.
             Queue(name, self.backend).peek(-1, -1, client=pipe)
-        for identity in worker_ids:
-            pipe.hget(keys.heartbeat(identity), "busy")
-            pipe.exists(keys.heartbeat(identity))
-        for identity in master_ids:
-            pipe.exists(keys.heartbeat(identity))
-        defaults = [0, []] * len(queues) + [None, 0] * len(worker_ids) + [0] * len(master_ids)
-        replies = answers(pipe, *defaults)
+        replies = answers(pipe, *([0, []] * len(queues)))
+        # The live processes as ``jobmaster ps`` reads them: in bounded pages,
+        # never the process sets whole (a flood of forged members, SPEC §8).
+        live = ProcessSet(self.backend).list()
+        workers = [p for p in live if p.role != "master"]
 
         (
             self.processed,
@@ -124,10 +124,9 @@ class Stats:
             size, oldest = replies[2 * i], records_of(replies[2 * i + 1])
             latency = oldest[0].latency(now) if oldest else 0.0
             self.queues.append(QueueStats(name, int(size), latency, name in paused_names))
-        beats = replies[2 * len(queues) : 2 * len(queues) + 2 * len(worker_ids)]
-        self.busy = sum(int(number(busy)) for busy in beats[0::2])
-        self.processes = sum(int(alive) for alive in beats[1::2])
-        self.masters = sum(int(alive) for alive in replies[len(replies) - len(master_ids) :])
+        self.busy = sum(p.busy for p in workers)
+        self.processes = len(workers)
+        self.masters = len(live) - len(workers)
         self.taken_at = now
 
     def history(self, days: int = 7, now: float | None = None) -> list[DayStats]:

@@ -86,7 +86,10 @@ def ps_command(as_json: bool, config_file: str | None, redis_url: str | None, de
     against its limit; IDENTITY is what `jobmaster ctl` takes.
     """
     with target(config_file, redis_url) as t:
-        processes = ProcessSet(t.client).list()
+        listing = ProcessSet(t.client).listing()
+    processes = listing.processes
+    for note in listing.notes():  # what was passed over (a flood): on stderr, JSON stays whole
+        echo(f"note: {note}", err=True)
     if as_json:
         echo_json([process_json(p) for p in processes])
         return

@@ -47,12 +47,14 @@ class ScheduledPoller(threading.Thread):
             self.enqueue_due(zset)
         return self.interval()
 
-    def enqueue_due(self, zset: str) -> int:
-        """Move every entry of ``zset`` due now to its queue; returns how many moved."""
+    def enqueue_due(self, zset: str, until: float | None = None) -> int:
+        """Move every entry of ``zset`` due now (or scored up to ``until``: the
+        test helpers release every one) to its queue; returns how many moved."""
         moved = 0
         while not self.stop_event.is_set():
             now = time.time()
-            due = byte_list(self.ctx.redis.zrangebyscore(zset, "-inf", now, start=0, num=BATCH))
+            last = now if until is None else until
+            due = byte_list(self.ctx.redis.zrangebyscore(zset, "-inf", last, start=0, num=BATCH))
             ends = [self._move(zset, raw, now) for raw in due]
             moved += ends.count("moved")
             if len(due) < BATCH or ends.count("stayed") == len(due):

@@ -144,6 +144,7 @@ def workflow_step(keys: Keys, kind: str, step: Step, status_on: bool) -> Workflo
         follow_status_key=keys.status(follow.jid) if follow.jid else keys.batches,
         callbacks=callback_targets(keys, step.callbacks),
         scheduled_key=keys.scheduled,
+        dead_key=keys.dead,
         queue_prefix=keys.queue_prefix,
         wakeup_prefix=keys.wakeup_prefix,
         status_prefix=keys.status_prefix if status_on else "",

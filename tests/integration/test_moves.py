@@ -20,6 +20,7 @@ import pytest
 import redis
 
 import jobmaster
+import jobmaster.client
 from jobmaster import payload as wire
 from jobmaster.api.sorted_sets import DeadSet, NotRunnable
 from jobmaster.client import Client
@@ -293,3 +294,67 @@ def test_a_chain_s_next_step_whose_queue_refuses_it_is_buried_not_lost(
     assert entry["args"][0] == "second"
     assert entry["dead_reason"] == f"could not be requeued: {K.queue('weird')} holds a string"
     assert store.zcard(K.scheduled) == 0
+
+
+def test_a_chain_s_next_step_refused_by_its_queue_and_the_scheduled_set_is_buried(
+    make_config: Callable[..., Config], client: Client, store: redis.Redis
+) -> None:
+    """push_job's fallback for a queue that refuses the next step is the
+    scheduled set; with that set forged too, its ZADD failed inside the trapped
+    workflow step and the step was in no key. It goes to the dead set, with
+    the reason, instead."""
+    from jobmaster import testing
+    from tests import jobs
+
+    cid = jobmaster.chain(
+        jobs.step.s("first"), jobs.step.options(queue="weird").s("second"), client=client
+    )
+    store.set(K.queue("weird"), "x")
+    store.set(K.scheduled, "x")
+    testing.work(make_config(), include_scheduled=False)
+    [entry] = dead(store)
+    assert entry["args"][0] == "second"
+    assert entry["dead_reason"] == f"could not be queued: {K.scheduled} holds a string"
+    assert store.get(K.status(str(entry["jid"]))) == b"dead"
+    status = jobmaster.chain_status(cid, client)
+    assert status is not None and status["done"] == 1
+
+
+def test_a_batch_callback_refused_by_its_queue_and_the_scheduled_set_is_buried(
+    make_config: Callable[..., Config],
+    client: Client,
+    store: redis.Redis,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jobmaster import testing
+    from tests import jobs
+
+    monkeypatch.setattr(jobmaster.client, "_default", None)
+    jobmaster.configure(redis_url)
+    batch = jobmaster.batch(on_complete=jobs.callback.options(queue="weird").s("done"))
+    with batch.jobs():
+        jobs.step.enqueue("b1")
+    store.set(K.queue("weird"), "x")
+    store.set(K.scheduled, "x")
+    testing.work(make_config(), include_scheduled=False)
+    [entry] = dead(store)
+    assert entry["job"] == "tests.callback" and entry["args"][0] == "done"
+    assert entry["dead_reason"] == f"could not be queued: {K.scheduled} holds a string"
+
+
+def test_a_batch_refuses_a_forged_scheduled_set_before_any_write(
+    store: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BATCH_ADD has no dead set to fall back on: it refuses whole, naming the key."""
+    from jobmaster.errors import EnqueueError
+    from tests import jobs
+
+    monkeypatch.setattr(jobmaster.client, "_default", None)
+    jobmaster.configure(redis_url)
+    store.set(K.scheduled, "x")
+    batch = jobmaster.batch(on_complete=jobs.callback.s("done"))
+    with pytest.raises(EnqueueError, match=f"{K.scheduled} holds a string"), batch.jobs():
+        jobs.step.enqueue("b1")
+    assert store.keys(f"{K.prefix}batch*") == []
+    assert store.keys(K.queue("*")) == []

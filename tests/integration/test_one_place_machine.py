@@ -52,6 +52,9 @@ string for a while, during which every burial, and every death recorded by
 FINISH, leaves its entry where it was. And duplicate entries: the same bytes
 pushed twice (a producer that retried its LPUSH) are two copies, each in one
 place, each fetched, requeued and finished on its own (``Model.copies``).
+And the producer's side: a push naming FORGED fails whole (a job for a
+served queue in the same call does not land, a unique one leaves no lock),
+and a set of queue names that holds a string never fails a push.
 
 A bounded run is part of the suite. The long run, by hand::
 
@@ -94,7 +97,7 @@ from jobmaster.api.sorted_sets import DeadSet, NotRunnable, RetrySet, ScheduledS
 from jobmaster.client import Client
 from jobmaster.config import load_config
 from jobmaster.deadset import DeadSetLimits
-from jobmaster.errors import Permanent
+from jobmaster.errors import EnqueueError, Permanent
 from jobmaster.identity import Identity
 from jobmaster.keys import Keys
 from jobmaster.orphans import recover_orphans
@@ -117,6 +120,7 @@ JOB = "tests.record"  # registered, no on_failure hook: a burial pushes no hook 
 TIE = 1e-3  # added per score, so that no two entries of a set are due at the same time
 FORGED = "weird"  # a queue whose key holds a string: forged payloads name it
 SAVED_DEAD = "one-place:dead-set-saved"  # the dead set's entries while its key is forged
+SAVED_NAMES = "one-place:queue-names-saved"  # the set of queue names while its key is forged
 SECOND = "#2"  # the model's name of a duplicate's second copy: <jid>#2
 
 LONG = os.environ.get("JOBMASTER_LONG_STATEFUL", "")
@@ -366,6 +370,43 @@ class OnePlace(RuleBasedStateMachine):
         if twice:
             model.twins.add(jid)
         REACHED["push twice" if twice else "push naming a forged queue"] += 1
+
+    @rule(target=jids, queue=st.sampled_from(QUEUES))
+    def push_past_forged_queue_names(self, queue: str) -> str:
+        """The set of queue names holds a string during a push: only an index,
+        it never fails the push (the producer would retry and double it)."""
+        if self.redis.exists(K.queues):
+            self.redis.rename(K.queues, SAVED_NAMES)
+        self.redis.set(K.queues, "forged")
+        try:
+            jid = self._push(queue, 1, None)
+        finally:
+            self.redis.delete(K.queues)
+            if self.redis.exists(SAVED_NAMES):
+                self.redis.rename(SAVED_NAMES, K.queues)
+            # The push could not list its queue: the next push to it does
+            # (here at once, or a cancel, which looks through the listed
+            # queues only, would not find the job).
+            self.redis.sadd(K.queues, queue)
+        REACHED["push past forged queue names"] += 1
+        return jid
+
+    @rule(queue=st.sampled_from(QUEUES), unique=st.booleans())
+    def push_refused(self, queue: str, unique: bool) -> None:
+        """A push naming FORGED (its key holds a string) fails whole, before any
+        write: a job for a served queue in the same call does not land either,
+        and a unique one leaves no lock held (the model does not move)."""
+        fine = wire.build(JOB, ["refused"], {}, queue=queue)
+        forged = wire.build(JOB, ["refused"], {}, queue=FORGED)
+        forged.update(unique="until_executed", unique_digest="one-place")
+        with pytest.raises(EnqueueError, match=f"{K.queue(FORGED)} holds a string"):
+            if unique:
+                self.client.push_unique(forged, 60)
+            else:
+                self.client.push_payloads([fine, forged])
+        assert not self.redis.exists(K.unique("one-place"))
+        assert not self.redis.exists(K.status(str(fine["jid"])), K.status(str(forged["jid"])))
+        REACHED["unique push refused" if unique else "push refused whole"] += 1
 
     @rule(forged=st.booleans())
     def forge_the_dead_set(self, forged: bool) -> None:

@@ -124,3 +124,20 @@ def test_a_job_that_enqueues_itself_forever_stops_at_the_limit(client: Client) -
     client.push({"job": "tests.requeues_itself", "args": []})
     with pytest.raises(RuntimeError, match="more keep coming"):
         testing.work(limit=20)
+
+
+@pytest.mark.parametrize("run", [testing.drain, testing.work], ids=["drain", "work"])
+def test_releasing_a_job_whose_queue_refuses_it_never_loses_it(
+    client: Client, store: redis.Redis, run: Callable[[], object]
+) -> None:
+    """Scheduled jobs move as the poller moves them, in one TRANSFER: a ZREM
+    and then a push that a forged queue key refused lost the job."""
+    store.set(K.queue("weird"), "forged")
+    jid = client.push(
+        {"job": "tests.record", "args": ["x"], "queue": "weird", "at": time.time() + 60}
+    )
+    run()
+    (buried,) = [json.loads(raw) for raw in store.zrange(K.dead, 0, -1)]
+    assert buried["jid"] == jid
+    assert f"{K.queue('weird')} holds a string" in buried["dead_reason"]
+    assert store.zcard(K.scheduled) == 0

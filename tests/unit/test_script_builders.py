@@ -86,6 +86,7 @@ STEP_KEYS = {
     "follow_queue_key": 5,
     "follow_status_key": 6,
     "scheduled_key": 13,
+    "dead_key": 14,
 }
 STEP_ARGV = {
     "queue_prefix": 1,
@@ -144,7 +145,7 @@ def test_workflow_step_is_k_and_a() -> None:
     step = workflow_step()
     check(step, STEP_KEYS, STEP_ARGV, elsewhere=("callbacks",))
     assert step.keys()[6:12] == CALLBACK_KEYS  # k[7..12]
-    assert len(step.keys()) == 13 and len(step.argv()) == 10
+    assert len(step.keys()) == 14 and len(step.argv()) == 10
 
 
 def test_callback_targets() -> None:
@@ -154,10 +155,10 @@ def test_callback_targets() -> None:
 def test_finish_step_appends_the_step_to_finish() -> None:
     finish, step = named(S.Finish), workflow_step()
     call = S.FinishStep(finish, step)
-    # FINISH_STEP counts the step from the end: the last 13 KEYS, the last 10 ARGV.
+    # FINISH_STEP counts the step from the end: the last 14 KEYS, the last 10 ARGV.
     assert call.keys() == [*finish.keys(), *step.keys()]
     assert call.argv() == [*finish.argv(), *step.argv()]
-    assert call.keys()[-13:] == step.keys() and call.argv()[-10:] == step.argv()
+    assert call.keys()[-14:] == step.keys() and call.argv()[-10:] == step.argv()
     assert call.argv()[:16] == finish.argv()  # the result and the channel always given
 
 
@@ -190,7 +191,7 @@ def test_bury_step() -> None:
     step = workflow_step()
     call = S.BuryStep(bury(), step, "<jid>")
     assert call.keys()[:6] == call.bury.keys() and call.argv()[:16] == call.bury.argv()
-    assert call.keys()[6:19] == step.keys()  # KEYS[7..19]
+    assert call.keys()[6:20] == step.keys()  # KEYS[7..20]
     assert call.argv()[16:26] == step.argv()  # ARGV[17..26]
     assert call.argv()[26] == "<jid>" and len(call.argv()) == 27  # ARGV[27]
 
@@ -331,7 +332,7 @@ def test_cancel_step() -> None:
     step = workflow_step()
     call = S.CancelStep(named(S.Cancel), step, "<jid>")
     assert call.keys()[:3] == call.cancel.keys() and call.argv()[:6] == call.cancel.argv()
-    assert call.keys()[3:16] == step.keys()  # KEYS[4..16]
+    assert call.keys()[3:17] == step.keys()  # KEYS[4..17]
     assert call.argv()[6:16] == step.argv()  # ARGV[7..16]
     assert call.argv()[16] == "<jid>" and len(call.argv()) == 17  # ARGV[17]
 

@@ -36,11 +36,13 @@ def _bars(processes: list[Process]) -> dict[str, MemoryBar]:
 
 def busy(request: Request) -> Response:
     processes_api = dashboard(request).processes()
-    processes = processes_api.list()
+    listing = processes_api.listing()
+    processes = listing.processes
     return render(
         request,
         "busy.html",
         processes=processes,
+        notes=listing.notes(),
         bars=_bars(processes),
         running=processes_api.running(processes),
     )
