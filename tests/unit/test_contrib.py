@@ -235,3 +235,11 @@ def test_readme_deployment_section_explains_each_file() -> None:
     section = readme.split("## Deployment", 1)[1].split("\n## ", 1)[0]
     for path in (CONTRIB / "Procfile", UNIT, DOCKERFILE, DEPLOYMENT, EXAMPLE):
         assert str(path.relative_to(ROOT)) in section, f"README's Deployment skips {path.name}"
+
+
+def test_the_demo_config_starts_what_its_header_says() -> None:
+    """Its header says one worker process: it started one per CPU (2 x 5 here)."""
+    demo = CONTRIB / "examples" / "demo.toml"
+    config = load_config(demo, env={})
+    assert "one worker process of 5 job threads" in demo.read_text()
+    assert (config.processes, config.concurrency) == (1, 5)
