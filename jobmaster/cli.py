@@ -19,45 +19,38 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from jobmaster import results
-from jobmaster.app import check_periodic, load_app, unknown_job_warning
+from jobmaster import exitcodes, results
+from jobmaster.app import check_job, check_periodic, load_app
 from jobmaster.client import Client, default_from_config
 from jobmaster.commands import register
-from jobmaster.commands.options import config_options, load, reports_errors
+from jobmaster.commands.options import (
+    SharedOptionsGroup,
+    config_options,
+    load,
+    reports_errors,
+)
 from jobmaster.commands.output import echo
 from jobmaster.config import Config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
-from jobmaster.errors import ConfigError, JobmasterError
+from jobmaster.errors import ConfigError, JobmasterError, Refused
 from jobmaster.redis_target import RedisTarget
 from jobmaster.settings import SETTINGS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class DefaultRunGroup(click.Group):
+class DefaultRunGroup(SharedOptionsGroup):
     """A group whose default command is ``run``: ``jobmaster -c FILE`` starts the workers."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # The group's own options stay the group's: --version went to ``run``
         # (and failed with "no such option") before.
         own = ("--help", "-h", "--version")
-        if len(args) > 2 and args[0] in ("-c", "--config") and args[2] in self.commands:
-            # ``jobmaster -c FILE check``: the file goes to the command named after it
-            # (it was run's, which failed on "unexpected extra argument (check)").
-            args = [args[2], *args[:2], *args[3:]]
-        elif not args or (args[0] not in self.commands and args[0] not in own):
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """``-c FILE`` first: every command takes it, and the bare ``jobmaster -c
-        FILE`` starts the master, so the group's help must not hide it."""
-        rows = [("-c, --config FILE", "The TOML config file, for any command (or run).")]
-        rows += [row for param in self.get_params(ctx) if (row := param.get_help_record(ctx))]
-        with formatter.section("Options"):
-            formatter.write_dl(rows)
-        self.format_commands(ctx, formatter)
+        handed = self.hand_on(args)  # ``jobmaster -c FILE check``: the file goes to check
+        if not handed or (handed[0] not in self.commands and handed[0] not in own):
+            handed = ["run", *args]
+        return click.Group.parse_args(self, ctx, handed)
 
 
 def setting_options(func: F) -> F:
@@ -216,6 +209,11 @@ def memory_summary(config: Config) -> str:
     metavar="SECONDS",
     help="Run it this many seconds from now.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Enqueue even a job that the config's app does not register (exit 7 without it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @config_options
 @reports_errors
@@ -224,12 +222,19 @@ def enqueue(
     json_args: tuple[str, ...],
     queue: str,
     delay: float | None,
+    force: bool,
     as_json: bool,
     config_file: str | None,
     redis_url: str | None,
     debug: bool,
 ) -> None:
-    """Enqueue JOB with arguments given as JSON values: jobmaster enqueue app.add 1 2."""
+    """Enqueue JOB with arguments given as JSON values: jobmaster enqueue app.add 1 2.
+
+    A JOB that the config's app imports here but does not register is refused
+    (exit 7) unless --force: no worker would run it. Without the app (none in
+    the config, or not importable here) it cannot be checked: it is enqueued,
+    and stderr says it was not checked.
+    """
     args = []
     for index, text in enumerate(json_args):
         try:
@@ -237,9 +242,11 @@ def enqueue(
         except ValueError as error:
             raise ConfigError(f"argument {index} ({text!r}) is not JSON: {error}") from None
     config = load(config_file, {"redis_url": redis_url})
-    warning = unknown_job_warning(config, job)
-    if warning is not None:
-        echo(f"jobmaster: warning: {warning}", err=True)
+    checked = check_job(config, job)
+    if checked.registered is False and not force:
+        raise Refused(f"{checked.why} (--force to enqueue it anyway)")
+    if checked.why:
+        echo(f"jobmaster: warning: {checked.why}", err=True)
     client = Client.from_config(config)
     item: dict[str, Any] = {"job": job, "args": args, "queue": queue}
     if delay is not None:
@@ -251,7 +258,7 @@ def enqueue(
 
 
 # -- jobmaster periodic ----------------------------------------------------------
-@main.group()
+@main.group(cls=SharedOptionsGroup)
 def periodic() -> None:
     """The [periodic.NAME] entries: list them, enable or disable one on every master."""
 
@@ -328,7 +335,7 @@ def status_command(
     jid: str, as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
 ) -> None:
     """Show a job's status, its attempts and, once complete, its result (kept
-    status_ttl seconds, or the job's result_ttl)."""
+    status_ttl seconds, or the job's result_ttl). Exit 6 if the job is unknown."""
     config = load(config_file, {"redis_url": redis_url})
     client = Client.from_config(config)
     state, tries = client.status(jid), client.attempts(jid)
@@ -339,6 +346,7 @@ def status_command(
             found["result"] = shown.value if shown else None
             found["result_bytes"] = shown.size if shown else 0
         echo(json.dumps(found))
+        exit_if_unknown(state)
         return
     echo(f"{jid}: {state or 'unknown (never seen, or expired)'}")
     if state == "complete":
@@ -355,6 +363,13 @@ def status_command(
             f"  attempt {number}: {attempt.get('outcome')} in {took * 1000:.0f} ms "
             f"on {attempt.get('worker')}{error}"
         )
+    exit_if_unknown(state)
+
+
+def exit_if_unknown(state: str | None) -> None:
+    """As `cancel` of an unknown job: a script need not parse the line."""
+    if state is None:
+        sys.exit(exitcodes.NOT_FOUND)
 
 
 # The operator's commands (stats, ps, ctl, dead|retries|scheduled, queue) live in

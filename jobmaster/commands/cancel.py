@@ -1,8 +1,9 @@
 """``jobmaster cancel JID``: what ``jobmaster.cancel(jid)`` does, from a shell.
 
 Exit 0 when the job will not run (on): removed from where it waited, or told
-to stop where it runs; exit 1 when it had already ended or is unknown, so a
-script can tell "cancelled" from "too late" without parsing the line.
+to stop where it runs; exit 7 (refused) when it had already ended, 6 (not
+found) when it is unknown, so a script can tell "cancelled" from "too late"
+from "no such job" without parsing the line (exitcodes.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def cancel_command(
     jid: str, as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
 ) -> None:
     """Cancel a job: a waiting one is removed at once, a running one stops within
-    a second (JobCancelled in its thread). Exit 1 if it already ended or is unknown."""
+    a second (JobCancelled in its thread). Exit 7 if it already ended, 6 if unknown."""
     with target(config_file, redis_url) as t:
         result = Canceller(t.client).cancel(jid)
     if as_json:
@@ -35,4 +36,4 @@ def cancel_command(
     else:  # as every command's failure reads (cli.reports_errors)
         echo(f"jobmaster: {result.describe()}", err=True)
     if not result.cancelled:
-        sys.exit(exitcodes.RUNTIME_FAILURE)
+        sys.exit(exitcodes.REFUSED if result.status else exitcodes.NOT_FOUND)
