@@ -34,6 +34,7 @@ from jobmaster.config import Config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.errors import ConfigError, JobmasterError, Refused
+from jobmaster.failure_hook import ON_FAILURE
 from jobmaster.redis_target import RedisTarget
 from jobmaster.settings import SETTINGS
 
@@ -144,12 +145,13 @@ def prepared(config: Config, *, preload: bool | None = None) -> Iterator[Embedde
 def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     """Validate the config, import the app, reach Redis; print what would run."""
     config = load(config_file, overrides)
-    jobs = load_app(config)
+    own = [name for name in load_app(config) if name != ON_FAILURE]  # the app's, apart
     check_periodic(config)
     lines = [
         f"config:      {config.source or '(none: defaults and environment)'}",
         f"app:         {', '.join(config.app) or '(none)'}",
-        f"jobs:        {', '.join(jobs) or '(none registered)'}",
+        f"jobs:        {', '.join(own) or '(none registered)'}",
+        f"built in:    {ON_FAILURE} (runs a job's on_failure hook when the master buries it)",
         f"processes:   {config.processes} x {config.concurrency} threads",
         f"queues:      {', '.join(config.queues)}{' (strict order)' if config.strict else ''}",
         f"namespace:   {config.namespace}",

@@ -243,3 +243,17 @@ def test_the_demo_config_starts_what_its_header_says() -> None:
     config = load_config(demo, env={})
     assert "one worker process of 5 job threads" in demo.read_text()
     assert (config.processes, config.concurrency) == (1, 5)
+
+
+def test_check_lists_the_built_in_job_apart_from_the_apps() -> None:
+    """``jobs:`` listed jobmaster.on_failure among the demo's, with no word of
+    what it is. The embedded Redis is not started by check: no Redis here."""
+    from click.testing import CliRunner
+
+    from jobmaster.cli import main
+
+    result = CliRunner().invoke(main, ["check", "-c", str(CONTRIB / "examples" / "demo.toml")])
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(":", 1) for line in result.output.splitlines() if ":" in line)
+    assert lines["jobs"].strip() == "demo_app.add, demo_app.greet"
+    assert lines["built in"].strip().startswith("jobmaster.on_failure (runs a job's on_failure")
