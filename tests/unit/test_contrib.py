@@ -252,7 +252,9 @@ def test_check_lists_the_built_in_job_apart_from_the_apps() -> None:
 
     from jobmaster.cli import main
 
-    result = CliRunner().invoke(main, ["check", "-c", str(CONTRIB / "examples" / "demo.toml")])
+    result = CliRunner().invoke(
+        main, ["check", "-c", str(CONTRIB / "examples" / "demo.toml"), "--redis-url", "embedded"]
+    )
     assert result.exit_code == 0, result.output
     lines = dict(line.split(":", 1) for line in result.output.splitlines() if ":" in line)
     assert lines["jobs"].strip() == "demo_app.add, demo_app.greet"
