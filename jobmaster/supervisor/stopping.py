@@ -19,7 +19,7 @@ import signal
 import time
 
 from jobmaster.config import Config
-from jobmaster.pipes import PUSH_BACK, send_request
+from jobmaster.pipes import MASTER_STOP, PUSH_BACK, send_request
 from jobmaster.supervisor.children import QUIET, RETIRING, RUNNING, STOPPING, Child, ChildTable
 
 log = logging.getLogger("jobmaster.supervisor.stopping")
@@ -52,6 +52,7 @@ class Stopper:
         if child.state == STOPPING:
             return
         self.expect(child, reason)
+        send_request(child.requests_fd, MASTER_STOP, reason)  # before the TERM it explains
         self.kill(child, signal.SIGTERM)
 
     def stop_all(self, reason: str) -> None:
