@@ -119,6 +119,15 @@ def work(
         keys=client.keys,
         scripts=client.scripts,
     )
+    try:  # each call's "working" marks flusher ends with it (one leaked per call)
+        return _work(ctx, client, settings, include_scheduled, limit)
+    finally:
+        ctx.acks.close()
+
+
+def _work(
+    ctx: WorkerContext, client: Client, settings: Config, include_scheduled: bool, limit: int
+) -> Counter[str]:
     executor = Executor.of(ctx)
     ended: Counter[str] = Counter()
     while ended.total() < limit:

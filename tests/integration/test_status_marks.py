@@ -8,9 +8,10 @@ own FINISH; a longer job's goes out in the flusher's round trip.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import redis
 
 from jobmaster.client import Client
@@ -38,10 +39,23 @@ class Counted:
         return self.script(*args, **kwargs)
 
 
+OPENED: list[Acks] = []
+
+
+@pytest.fixture(autouse=True)
+def closed_after() -> Iterator[None]:
+    """Each Acks's flusher thread ends with its test (the suite fails on a leak)."""
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def acks_on(store: redis.Redis) -> tuple[Acks, Counted, Scripts]:
     scripts = Scripts(store)
     mark = Counted(scripts.mark)
-    return Acks(store, Marking(mark, INPROG, 600)), mark, scripts  # type: ignore[arg-type]
+    acks = Acks(store, Marking(mark, INPROG, 600))  # type: ignore[arg-type]
+    OPENED.append(acks)
+    return acks, mark, scripts
 
 
 def test_a_job_still_running_after_the_delay_is_marked_working(store: redis.Redis) -> None:
