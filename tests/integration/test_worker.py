@@ -190,7 +190,8 @@ def test_stop_pushes_back_a_job_that_outlives_the_timeout(
     client: Client,
     store: redis.Redis,
 ) -> None:
-    jid = client.push({"job": "tests.record", "args": ["long", 30]})
+    # Outlives the stop, and ends with the test: its thread runs on after the push-back.
+    jid = client.push({"job": "tests.record", "args": ["long", 3]})
     worker = running_worker(make_config())
     wait_until(lambda: store.sismember("test:started", "long"), timeout=10)
     started = time.monotonic()
