@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 
 from jobmaster import registry
 from jobmaster.config import Config
@@ -99,23 +100,39 @@ def check_periodic(config: Config) -> None:
             )
 
 
-def unknown_job_warning(config: Config, job: str) -> str | None:
-    """For a producer: a warning when the config's app imports but registers no
-    job ``job`` (a typo enqueues a job no worker runs). None when it does, or
-    when the app cannot be imported here (producers may lack its dependencies,
-    or enqueue for another app's workers)."""
+@dataclass(frozen=True)
+class JobCheck:
+    """For a producer: whether the workers of this config register ``job``.
+
+    ``registered`` is None when this process cannot know: the config names no
+    app, or the app does not import here (producers may lack its
+    dependencies, or enqueue for another app's workers). ``why`` is one line
+    for the user either way (empty when it is registered).
+    """
+
+    registered: bool | None
+    why: str = ""
+
+
+def check_job(config: Config, job: str) -> JobCheck:
+    """Does the config's app register ``job``? A typo enqueues a job no worker
+    runs, which goes straight to the dead set."""
     if not config.app:
-        return None
+        return JobCheck(
+            None, f"not checked that a worker registers {job!r}: the config names no app"
+        )
     try:
         use_folders(search_path(config))
         known = import_app(config.app)
-    except AppImportError:
-        return None
+    except AppImportError as error:
+        first = str(error).splitlines()[0]
+        return JobCheck(None, f"not checked that a worker registers {job!r}: {first}")
     if job in known:
-        return None
+        return JobCheck(True)
     close = difflib.get_close_matches(job, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return (
+    return JobCheck(
+        False,
         f"no job {job!r} is registered by the app ({', '.join(config.app)}){hint}: "
-        "its workers will not run it"
+        "its workers would not run it",
     )

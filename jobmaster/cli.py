@@ -19,46 +19,40 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from jobmaster import results
-from jobmaster.app import check_periodic, load_app, unknown_job_warning
+from jobmaster import exitcodes, results
+from jobmaster.app import check_job, check_periodic, load_app
 from jobmaster.client import Client, default_from_config
 from jobmaster.commands import register
-from jobmaster.commands.options import config_options, load, reports_errors
+from jobmaster.commands.options import (
+    SharedOptionsGroup,
+    config_options,
+    load,
+    reports_errors,
+)
 from jobmaster.commands.output import echo, one_line
 from jobmaster.config import Config
 from jobmaster.connection import check_version, connect, describe_error
 from jobmaster.embedded import EmbeddedRedis
 from jobmaster.embedded_watch import watching
-from jobmaster.errors import ConfigError, JobmasterError
+from jobmaster.errors import ConfigError, JobmasterError, Refused
+from jobmaster.failure_hook import ON_FAILURE
 from jobmaster.redis_target import RedisTarget
 from jobmaster.settings import SETTINGS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class DefaultRunGroup(click.Group):
+class DefaultRunGroup(SharedOptionsGroup):
     """A group whose default command is ``run``: ``jobmaster -c FILE`` starts the workers."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # The group's own options stay the group's: --version went to ``run``
         # (and failed with "no such option") before.
         own = ("--help", "-h", "--version")
-        if len(args) > 2 and args[0] in ("-c", "--config") and args[2] in self.commands:
-            # ``jobmaster -c FILE check``: the file goes to the command named after it
-            # (it was run's, which failed on "unexpected extra argument (check)").
-            args = [args[2], *args[:2], *args[3:]]
-        elif not args or (args[0] not in self.commands and args[0] not in own):
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """``-c FILE`` first: every command takes it, and the bare ``jobmaster -c
-        FILE`` starts the master, so the group's help must not hide it."""
-        rows = [("-c, --config FILE", "The TOML config file, for any command (or run).")]
-        rows += [row for param in self.get_params(ctx) if (row := param.get_help_record(ctx))]
-        with formatter.section("Options"):
-            formatter.write_dl(rows)
-        self.format_commands(ctx, formatter)
+        handed = self.hand_on(args)  # ``jobmaster -c FILE check``: the file goes to check
+        if not handed or (handed[0] not in self.commands and handed[0] not in own):
+            handed = ["run", *args]
+        return click.Group.parse_args(self, ctx, handed)
 
 
 def setting_options(func: F) -> F:
@@ -153,12 +147,13 @@ def prepared(config: Config, *, preload: bool | None = None) -> Iterator[Embedde
 def check(config_file: str | None, debug: bool, **overrides: Any) -> None:
     """Validate the config, import the app, reach Redis; print what would run."""
     config = load(config_file, overrides)
-    jobs = load_app(config)
+    own = [name for name in load_app(config) if name != ON_FAILURE]  # the app's, apart
     check_periodic(config)
     lines = [
         f"config:      {config.source or '(none: defaults and environment)'}",
         f"app:         {', '.join(config.app) or '(none)'}",
-        f"jobs:        {', '.join(jobs) or '(none registered)'}",
+        f"jobs:        {', '.join(own) or '(none registered)'}",
+        f"built in:    {ON_FAILURE} (runs a job's on_failure hook when the master buries it)",
         f"processes:   {config.processes} x {config.concurrency} threads",
         f"queues:      {', '.join(config.queues)}{' (strict order)' if config.strict else ''}",
         f"namespace:   {config.namespace}",
@@ -218,6 +213,11 @@ def memory_summary(config: Config) -> str:
     metavar="SECONDS",
     help="Run it this many seconds from now.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Enqueue even a job that the config's app does not register (exit 7 without it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @config_options
 @reports_errors
@@ -226,12 +226,19 @@ def enqueue(
     json_args: tuple[str, ...],
     queue: str,
     delay: float | None,
+    force: bool,
     as_json: bool,
     config_file: str | None,
     redis_url: str | None,
     debug: bool,
 ) -> None:
-    """Enqueue JOB with arguments given as JSON values: jobmaster enqueue app.add 1 2."""
+    """Enqueue JOB with arguments given as JSON values: jobmaster enqueue app.add 1 2.
+
+    A JOB that the config's app imports here but does not register is refused
+    (exit 7) unless --force: no worker would run it. Without the app (none in
+    the config, or not importable here) it cannot be checked: it is enqueued,
+    and stderr says it was not checked.
+    """
     args = []
     for index, text in enumerate(json_args):
         try:
@@ -239,9 +246,11 @@ def enqueue(
         except ValueError as error:
             raise ConfigError(f"argument {index} ({text!r}) is not JSON: {error}") from None
     config = load(config_file, {"redis_url": redis_url})
-    warning = unknown_job_warning(config, job)
-    if warning is not None:
-        echo(f"jobmaster: warning: {warning}", err=True)
+    checked = check_job(config, job)
+    if checked.registered is False and not force:
+        raise Refused(f"{checked.why} (--force to enqueue it anyway)")
+    if checked.why:
+        echo(f"jobmaster: warning: {checked.why}", err=True)
     client = Client.from_config(config)
     item: dict[str, Any] = {"job": job, "args": args, "queue": queue}
     if delay is not None:
@@ -253,7 +262,7 @@ def enqueue(
 
 
 # -- jobmaster periodic ----------------------------------------------------------
-@main.group()
+@main.group(cls=SharedOptionsGroup)
 def periodic() -> None:
     """The [periodic.NAME] entries: list them, enable or disable one on every master."""
 
@@ -330,7 +339,7 @@ def status_command(
     jid: str, as_json: bool, config_file: str | None, redis_url: str | None, debug: bool
 ) -> None:
     """Show a job's status, its attempts and, once complete, its result (kept
-    status_ttl seconds, or the job's result_ttl)."""
+    status_ttl seconds, or the job's result_ttl). Exit 6 if the job is unknown."""
     config = load(config_file, {"redis_url": redis_url})
     client = Client.from_config(config)
     state, tries = client.status(jid), client.attempts(jid)
@@ -341,6 +350,7 @@ def status_command(
             found["result"] = shown.value if shown else None
             found["result_bytes"] = shown.size if shown else 0
         echo(json.dumps(found))
+        exit_if_unknown(state)
         return
     echo(f"{jid}: {one_line(state or 'unknown (never seen, or expired)')}")
     if state == "complete":
@@ -348,6 +358,13 @@ def status_command(
         echo(f"  result: {one_line(shown.text) if shown else 'None'}{more}")
     for number, attempt in enumerate(tries, 1):
         echo(f"  attempt {number}: {attempt_line(attempt)}")
+    exit_if_unknown(state)
+
+
+def exit_if_unknown(state: str | None) -> None:
+    """As `cancel` of an unknown job: a script need not parse the line."""
+    if state is None:
+        sys.exit(exitcodes.NOT_FOUND)
 
 
 def attempt_line(attempt: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ supervisor side.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -25,7 +26,7 @@ from jobmaster.errors import EnqueueError
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as middleware
 from jobmaster.queue_names import queue_name
-from jobmaster.redis_target import RedisTarget
+from jobmaster.redis_target import DEFAULT_URL, RedisTarget, mask_url
 from jobmaster.scripts import Push, PushUnique, Scripts
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 DEFAULT_STATUS_TTL = 86400.0
 BULK_CHUNK = 1000  # payloads per PUSH call: one round trip per chunk
+log = logging.getLogger("jobmaster.client")
 PUSH_FIELDS = {"job", "args", "kwargs", "queue", "retry", "at"}
 
 
@@ -335,9 +337,26 @@ def result(jid: str, wait: float = 0) -> Any:
 
 
 def default_client() -> Client:
-    """The configured client, created from the environment on first use."""
+    """The configured client, created from the environment on first use.
+
+    That fallback says once where it connects: a producer that forgot
+    ``configure(config=...)`` while its workers use the embedded Redis
+    (or another server) talked to 127.0.0.1:6379 without a word, which
+    may be someone else's Redis. A WARNING for the built-in default (shown
+    even where logging is not set up), INFO for a URL from the environment.
+    """
     global _default
     with _default_lock:
         if _default is None:
-            _default = Client()
+            found = environment.env_value(environment.REDIS_URL_VARS)
+            url = found[1] if found else DEFAULT_URL
+            _default = Client(url)
+            log.log(
+                logging.INFO if found else logging.WARNING,
+                "no jobmaster.configure(...) call: producing to Redis at %s (%s); "
+                'configure(config="jobmaster.toml") reaches the workers\' Redis, '
+                "an embedded one included",
+                mask_url(url),
+                f"from {found[0]}" if found else "the default: JOBMASTER_REDIS_URL is not set",
+            )
         return _default

@@ -17,6 +17,16 @@ class ConfigError(JobmasterError):
     """A setting is unknown, of the wrong type or impossible (exit code 2)."""
 
 
+class NotFound(JobmasterError):
+    """What a command names (a jid, an entry, a batch, a process) does not
+    exist, or no longer (exit code 6)."""
+
+
+class Refused(JobmasterError):
+    """Understood, but refused as things stand: a cancel of an ended job, an
+    enqueue of a job no worker registers (exit code 7)."""
+
+
 class RedisVersionError(JobmasterError):
     """The Redis server is older than the 6.2 that LMOVE and our scripts need."""
 

@@ -40,7 +40,7 @@ from jobmaster import payload as wire
 from jobmaster.client import Client, default_client
 from jobmaster.config import Config, PeriodicEntry
 from jobmaster.connection import connect
-from jobmaster.errors import JobmasterError
+from jobmaster.errors import NotFound
 from jobmaster.keys import Keys
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Periodic, PeriodicSlot, Scripts
@@ -53,7 +53,7 @@ MAX_SLOTS = 100  # slots one entry may enqueue in one tick (catch-up, outages)
 ENABLED, DISABLED = "enabled", "disabled"  # values of keys.periodic_state
 
 
-class UnknownPeriodicEntry(JobmasterError):
+class UnknownPeriodicEntry(NotFound):
     """No periodic entry of that name in the config (or registered by a master)."""
 
 

@@ -7,7 +7,9 @@ end of file when it exits.
 Master to child (the request pipe): one line a request, ``recycle <reason>``
 (over memory: finish your jobs within memory_grace, then stop), or
 ``push-back <reason>`` (no room left in the container to finish them: a
-recycled child pushes its jobs back now).
+recycled child pushes its jobs back now), or ``stop <reason>``, written just
+before the master's TERM, so that the child's log says whose stop the TERM
+is (a Ctrl-C showed SIGINT in the master and a bare "SIGTERM" in each child).
 A request, not a signal: a signal may come from anyone (``systemctl kill``
 reaches every process of the unit), so a child that treated USR2 as "you are
 over your memory limit" was recycled by a platform's broadcast; and a signal
@@ -20,7 +22,7 @@ import contextlib
 import os
 
 READY, MAX_JOBS, STUCK = b"R", b"M", b"T"
-RECYCLE, PUSH_BACK = "recycle", "push-back"
+RECYCLE, PUSH_BACK, MASTER_STOP = "recycle", "push-back", "stop"
 MAX_LINE = 1024  # a request is a verb and a short reason
 
 

@@ -128,7 +128,15 @@ def work(
     """
     client = Client.from_config(config) if config is not None else default_client()
     ctx = _context(client, config)
-    settings = ctx.config
+    try:  # each call's "working" marks flusher ends with it (one leaked per call)
+        return _work(ctx, client, ctx.config, include_scheduled, limit)
+    finally:
+        ctx.acks.close()
+
+
+def _work(
+    ctx: WorkerContext, client: Client, settings: Config, include_scheduled: bool, limit: int
+) -> Counter[str]:
     executor = Executor.of(ctx)
     ended: Counter[str] = Counter()
     while ended.total() < limit:

@@ -10,6 +10,8 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -18,6 +20,10 @@ import pytest
 
 from jobmaster.embedded import RedisServerProcess
 from tests import helpers
+
+# Seconds a test's threads get to end after it (a processor finishing its last
+# poll, a loop's wait): more means one was left running.
+THREADS_END_WITHIN = 5.0
 
 
 def _assert_private(url: str) -> str:
@@ -44,6 +50,35 @@ def _no_default_redis() -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_behind() -> Iterator[None]:
+    """Fail the test that leaves one of jobmaster's threads running.
+
+    Every flusher of every Acks a test built ran for good: ~94 of them by
+    the time tests/unit/test_fork_hygiene.py ran, which then skipped (it
+    needs a process with no other thread) in every full run. A leak is a bug
+    in the test or in the code, and it fails where it happens.
+    """
+    before = {thread.ident for thread in threading.enumerate()}
+    yield
+
+    def left() -> list[threading.Thread]:
+        return [
+            t
+            for t in threading.enumerate()
+            if t.name.startswith("jobmaster-") and t.ident not in before and t.is_alive()
+        ]
+
+    deadline = time.monotonic() + THREADS_END_WITHIN
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if leaked := left():
+        pytest.fail(
+            f"left running after the test: {sorted(t.name for t in leaked)} "
+            "(stop what started them: a worker's stop(), an Acks's close()...)"
+        )
 
 
 @pytest.fixture

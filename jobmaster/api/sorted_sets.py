@@ -26,7 +26,7 @@ from jobmaster import payload as wire
 from jobmaster.api.base import PAGE, Backend, Connection, glob_escape
 from jobmaster.api.records import PEEK_BYTES, SortedEntry
 from jobmaster.deadset import DeadSetLimits
-from jobmaster.errors import JobmasterError
+from jobmaster.errors import Refused
 from jobmaster.recovery import Recovery, TargetRefused
 from jobmaster.scripts import Peek
 from jobmaster.tolerant import wrong_type
@@ -34,7 +34,7 @@ from jobmaster.tolerant import wrong_type
 KILLED = "killed by an operator"
 
 
-class NotRunnable(JobmasterError):
+class NotRunnable(Refused):
     """An entry that is not a valid payload cannot be retried: delete it instead."""
 
 

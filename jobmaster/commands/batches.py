@@ -8,8 +8,9 @@ import click
 
 from jobmaster.api import BatchInfo, BatchSet
 from jobmaster.commands.common import command_options, confirm, json_option, target, yes_option
+from jobmaster.commands.options import SharedOptionsGroup
 from jobmaster.commands.output import clip, echo, echo_json, relative, table, timestamp
-from jobmaster.errors import JobmasterError
+from jobmaster.errors import NotFound
 
 
 def batch_table(batches: list[BatchInfo], now: float) -> str:
@@ -37,11 +38,11 @@ def batch_table(batches: list[BatchInfo], now: float) -> str:
 def found(batches: BatchSet, bid: str) -> BatchInfo:
     info = batches.get(bid)
     if info is None:
-        raise JobmasterError(f"no batch {bid} (unknown, or expired after 30 days)")
+        raise NotFound(f"no batch {bid} (unknown, or expired after 30 days)")
     return info
 
 
-@click.group(name="batches")
+@click.group(name="batches", cls=SharedOptionsGroup)
 def batches_group() -> None:
     """List batches, show one's counters, cancel one."""
 

@@ -1,10 +1,12 @@
 """``jobmaster cancel JID``: what ``jobmaster.cancel(jid)`` does, from a shell.
 
 Exit 0 when the job will not run (on): removed from where it waited, or, for
-a running job, stopped by its worker (confirmed within ``--wait``); exit 1
-when it had already ended, ended on its own first, did not stop in time or
-is unknown, so a script can tell "cancelled" from "too late" without
-parsing the line.
+a running job, stopped by its worker (confirmed within ``--wait``; with
+``--wait 0``, told to stop); exit 7 (refused) when it had already ended or
+ended on its own first, 1 when its worker did not confirm the stop in time
+(the request stays), 6 (not found) when it is unknown: a script can tell
+"cancelled" from "too late" from "no such job" without parsing the line
+(exitcodes.py).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def cancel_command(
     redis_url: str | None,
     debug: bool,
 ) -> None:
-    """Cancel a job: a waiting one is removed at once, a running one stops at once
-    (JobCancelled in its thread). Exit 1 if it already ended, ended first or is unknown."""
+    """Cancel a job: a waiting one is removed at once, a running one is stopped by its
+    worker (JobCancelled in its thread), confirmed within --wait. Exit 7 if it already
+    ended or ended first, 1 if the stop was not confirmed in time, 6 if unknown."""
     with target(config_file, redis_url) as t:
         result = Canceller(t.client).cancel(jid, wait)
     if as_json:
@@ -49,5 +52,7 @@ def cancel_command(
         echo(result.describe())
     else:  # as every command's failure reads (cli.reports_errors)
         echo(f"jobmaster: {result.describe()}", err=True)
-    if not result.cancelled:
+    if result.pending:  # asked, not confirmed in time: it may still stop (or end)
         sys.exit(exitcodes.RUNTIME_FAILURE)
+    if not result.cancelled:
+        sys.exit(exitcodes.REFUSED if result.status else exitcodes.NOT_FOUND)

@@ -21,7 +21,7 @@ from jobmaster import exitcodes
 from jobmaster.app import AppImportError
 from jobmaster.commands.output import echo
 from jobmaster.config import Config, load_config
-from jobmaster.errors import ConfigError, JobmasterError
+from jobmaster.errors import ConfigError, JobmasterError, NotFound, Refused
 from jobmaster.proctitle import set_title
 from jobmaster.redis_target import mask_url
 from jobmaster.settings import SETTINGS
@@ -75,15 +75,77 @@ def reports_errors(func: F) -> F:
         except (JobmasterError, redis.RedisError) as error:
             if debug:
                 raise
-            code = exitcodes.RUNTIME_FAILURE
-            if isinstance(error, ConfigError):
-                code = exitcodes.USAGE
-            elif isinstance(error, AppImportError):
-                code = exitcodes.APP_LOAD_FAILED
             echo(f"jobmaster: {error}", err=True)
-            sys.exit(code)
+            sys.exit(exit_code(error))
 
     return wrapper  # type: ignore[return-value]
+
+
+def exit_code(error: Exception) -> int:
+    """The exitcodes.py code of an error a command reports."""
+    codes = {
+        ConfigError: exitcodes.USAGE,
+        AppImportError: exitcodes.APP_LOAD_FAILED,
+        NotFound: exitcodes.NOT_FOUND,
+        Refused: exitcodes.REFUSED,
+    }
+    return next(
+        (code for kind, code in codes.items() if isinstance(error, kind)),
+        exitcodes.RUNTIME_FAILURE,
+    )
+
+
+# The options every command takes (config_options): where they are written
+# before a command's name, the group hands them on to that command.
+SHARED_WITH_VALUE = ("-c", "--config", "--redis-url")
+SHARED_FLAGS = ("--debug",)
+
+
+def split_shared(args: list[str]) -> tuple[list[str], list[str]]:
+    """The shared options at the head of ``args`` (``-c FILE``, ``--config=FILE``,
+    ``-cFILE``, ``--redis-url URL``, ``--debug``), and what follows them."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in SHARED_WITH_VALUE and index + 1 < len(args):
+            index += 2
+        elif (
+            arg in SHARED_FLAGS
+            or arg.startswith(("--config=", "--redis-url="))
+            or (arg.startswith("-c") and not arg.startswith("--") and len(arg) > 2)
+        ):
+            index += 1
+        else:
+            break
+    return args[:index], args[index:]
+
+
+class SharedOptionsGroup(click.Group):
+    """A command group that takes ``-c FILE`` and ``--redis-url`` before the
+    command's name too: ``jobmaster dead -c X list`` is ``jobmaster dead list
+    -c X``. One rule for every group, nested ones included (``jobmaster -c X dead
+    list`` goes down one level at a time); the command itself owns the options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self.hand_on(args))
+
+    def hand_on(self, args: list[str]) -> list[str]:
+        shared, rest = split_shared(args)
+        if shared and rest and rest[0] in self.commands:
+            return [rest[0], *shared, *rest[1:]]
+        return args
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The shared options first: every command of the group takes them, here
+        or after its name."""
+        rows = [
+            ("-c, --config FILE", "The TOML config file (here or after the command)."),
+            ("--redis-url URL", "Redis to use, overriding the config (here or after it)."),
+        ]
+        rows += [row for param in self.get_params(ctx) if (row := param.get_help_record(ctx))]
+        with formatter.section("Options"):
+            formatter.write_dl(rows)
+        self.format_commands(ctx, formatter)
 
 
 def load(config_file: str | None, overrides: dict[str, Any]) -> Config:

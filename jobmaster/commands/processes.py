@@ -16,8 +16,9 @@ import click
 
 from jobmaster.api import Process, ProcessSet
 from jobmaster.commands.common import command_options, json_option, target
+from jobmaster.commands.options import SharedOptionsGroup
 from jobmaster.commands.output import duration, echo, echo_json, plural, table, yes_no
-from jobmaster.errors import JobmasterError
+from jobmaster.errors import NotFound
 
 EFFECT = {
     "quiet": "stop fetching jobs; running ones finish",
@@ -101,7 +102,7 @@ def ps_command(as_json: bool, config_file: str | None, redis_url: str | None, de
     echo(table(headers, (as_row(p, now) for p in processes), right=(1, 4, 5, 6)))
 
 
-@click.group(name="ctl")
+@click.group(name="ctl", cls=SharedOptionsGroup)
 def ctl_group() -> None:
     """Quiet, resume or stop processes, on any host.
 
@@ -130,7 +131,7 @@ def control_command(command: str) -> click.Command:
             processes = ProcessSet(t.client)
             if identity is not None:
                 if not processes.send(identity, command):
-                    raise JobmasterError(
+                    raise NotFound(
                         f"no live process {identity!r} (gone, or never was: see `jobmaster ps`)"
                     )
                 echo(f"{command}: sent to {identity}")

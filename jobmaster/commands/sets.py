@@ -27,6 +27,7 @@ from jobmaster.commands.common import (
     target,
     yes_option,
 )
+from jobmaster.commands.options import SharedOptionsGroup
 from jobmaster.commands.output import (
     clip,
     echo,
@@ -37,7 +38,7 @@ from jobmaster.commands.output import (
     table,
     timestamp,
 )
-from jobmaster.errors import JobmasterError
+from jobmaster.errors import JobmasterError, NotFound
 
 DEFAULT_LIMIT = 50
 F = TypeVar("F", bound=Callable[..., Any])
@@ -189,7 +190,7 @@ def show_command(kind: SetKind) -> click.Command:
         with target(config_file, redis_url) as t:
             entry = kind.open(t).find(jid)
         if entry is None:
-            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+            raise NotFound(f"no entry {jid!r} in {kind.title}")
         if as_json:
             echo_json(entry_json(entry))
         else:
@@ -234,7 +235,7 @@ def retry_selected(
 ) -> str:
     if jid is not None:
         if not jobs.retry(jid):  # NotRunnable: one line, exit 1
-            raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+            raise NotFound(f"no entry {jid!r} in {kind.title}")
         return f"moved 1 entry of {kind.title} to its queue"
     moved = left = 0
     for entry in list(jobs.filter(job, error)):
@@ -261,7 +262,7 @@ def by_jid_or_filter(
     if jid is None:
         return where(job, error)
     if not one(jid):
-        raise JobmasterError(f"no entry {jid!r} in {kind.title}")
+        raise NotFound(f"no entry {jid!r} in {kind.title}")
     return 1
 
 
@@ -324,7 +325,7 @@ def set_group(kind: SetKind) -> click.Group:
     makers.append(clear_command)
     commands = [make(kind) for make in makers]
     names = ", ".join(command.name or "" for command in commands)
-    group = click.Group(name=kind.command, help=f"{kind.help} Commands: {names}.")
+    group = SharedOptionsGroup(name=kind.command, help=f"{kind.help} Commands: {names}.")
     for command in commands:
         group.add_command(command)
     return group

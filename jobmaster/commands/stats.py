@@ -12,6 +12,7 @@ import click
 
 from jobmaster.api import Queue, QueueStats, Stats
 from jobmaster.commands.common import command_options, confirm, json_option, target, yes_option
+from jobmaster.commands.options import SharedOptionsGroup
 from jobmaster.commands.output import duration, echo, echo_json, plural, table, yes_no
 
 
@@ -59,7 +60,7 @@ def stats_command(
         echo(f"{name + ':':<11}{value}")
 
 
-@click.group(name="queue")
+@click.group(name="queue", cls=SharedOptionsGroup)
 def queue_group() -> None:
     """List the queues; pause, resume or clear one."""
 

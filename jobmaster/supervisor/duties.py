@@ -110,6 +110,12 @@ class MasterState:
     memory_used_mb: float = 0.0
 
 
+def shown(state: MasterState) -> tuple[object, ...]:
+    """What of a state ``ps`` and the dashboard show (memory is sampled: it
+    changes at every pass, and waits for its beat)."""
+    return (state.wanted, state.quiet, state.stopping, state.children)
+
+
 @dataclass(frozen=True)
 class DeadChild:
     """A reaped child whose in-progress list is to be requeued."""
@@ -148,6 +154,7 @@ class RedisDuties:
         self.outage = OutageLog("master")
         self._requeues: collections.deque[DeadChild] = collections.deque()
         self._state: MasterState | None = None
+        self._written: MasterState | None = None  # the state of the last heartbeat
         self._commands: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._reports: queue.SimpleQueue[RecoveryReport] = queue.SimpleQueue()
         self._wake = threading.Event()  # wakes the thread: a requeue, a stop
@@ -200,7 +207,14 @@ class RedisDuties:
             self.start()
 
     def publish(self, state: MasterState) -> None:
-        self._state = state  # swapped whole: the thread reads one state or the next
+        """The loop's state as of this pass. One that changed what ``ps`` shows
+        (children forked or gone, quiet, resumed, stopping) is written at the
+        thread's next pass, not at the next beat: ``ps`` showed a new master
+        as 0/0, its children as "(no master)", and a quiet seconds late. The
+        thread does the writing; the loop only wakes it."""
+        previous, self._state = self._state, state  # swapped whole
+        if previous is None or shown(previous) != shown(state):
+            self._wake.set()
 
     def requeue(self, dead: DeadChild) -> None:
         """Hand over a dead child's list; requeued as soon as Redis answers."""
@@ -358,11 +372,13 @@ class RedisDuties:
 
     # -- control list and heartbeat -------------------------------------------------
     def talk(self, now: float) -> None:
-        if now < self._next_control:
+        state = self._state
+        written = self._written
+        changed = state is not None and (written is None or shown(state) != shown(written))
+        if now < self._next_control and not changed:
             return
         self._next_control = now + CONTROL_INTERVAL
-        state = self._state
-        beat = state is not None and now >= self._next_heartbeat
+        beat = state is not None and (now >= self._next_heartbeat or changed)
         try:
             # The control read takes and removes in one script. MULTI only
             # with the heartbeat: its hash must never exist without its TTL,
@@ -380,6 +396,7 @@ class RedisDuties:
         self.outage.succeeded(time.monotonic())
         if beat:
             self._next_heartbeat = now + beat_interval(self.config.heartbeat_ttl)
+            self._written = state
         commands = control.parse(reply, "master")
         for command in commands:
             self._commands.put(command)

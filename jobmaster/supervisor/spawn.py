@@ -17,11 +17,13 @@ import gc
 import logging
 import os
 import random
+import re
 import secrets
 import signal
 import socket
 import sys
 import threading
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -44,6 +46,20 @@ from jobmaster.supervisor.children import Child
 from jobmaster.worker.child import serve
 
 log = logging.getLogger("jobmaster.supervisor.spawn")
+
+# Python 3.12+ warns at every fork of a process that runs more than one
+# thread. The master forks beside its Redis thread on purpose: duties.py says
+# why no child can inherit a lock that thread holds, and
+# tests/process/test_fork_stress.py forks hundreds of times beside it, under
+# every Python .ci/run tests. Ignored only for this module's os.fork (the
+# warning names its caller's module), so that PYTHONWARNINGS=error or -W
+# error cannot stop the master from forking, and anyone else's fork still warns.
+warnings.filterwarnings(
+    "ignore",
+    message=r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks",
+    category=DeprecationWarning,
+    module=re.escape(__name__),
+)
 
 
 @dataclass(frozen=True)

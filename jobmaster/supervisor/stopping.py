@@ -21,7 +21,7 @@ import signal
 import time
 
 from jobmaster.config import Config
-from jobmaster.pipes import PUSH_BACK, send_request
+from jobmaster.pipes import MASTER_STOP, PUSH_BACK, send_request
 from jobmaster.supervisor.children import (
     QUIET,
     RECYCLING,
@@ -64,6 +64,7 @@ class Stopper:
         sooner). Once: a second TERM never shortens its time."""
         deadline = time.monotonic() + self.config.shutdown_timeout + STOP_MARGIN
         if child.stop(reason, deadline):
+            send_request(child.requests_fd, MASTER_STOP, reason)  # before the TERM it explains
             self.kill(child, signal.SIGTERM)
 
     def stop_all(self, reason: str) -> None:

@@ -11,8 +11,9 @@ processor threads do the work; this thread only listens and steers:
 - TSTP / CONT or remote ``quiet`` / ``resume``; USR1: log every thread's stack.
 - HUP, TTIN, TTOU, USR2: nothing (signals.MASTER_ONLY): they reach a child only
   when something signals every process at once, and only the master acts.
-- the master's requests on its pipe (pipes.py): ``recycle <reason>``, and
-  ``push-back`` once recycled, when there is no room to finish its jobs.
+- the master's requests on its pipe (pipes.py): ``recycle <reason>``,
+  ``push-back`` once recycled, when there is no room to finish its jobs, and
+  ``stop <reason>`` before its TERM (the log says whose stop it is).
 - the master gone (our parent pid changed): graceful stop, no orphan workers.
 """
 
@@ -33,7 +34,15 @@ from jobmaster import exitcodes, lifecycle
 from jobmaster.config import Config
 from jobmaster.identity import Identity
 from jobmaster.metrics.jobs import Reporter
-from jobmaster.pipes import MAX_JOBS, PUSH_BACK, READY, RECYCLE, STUCK, RequestReader
+from jobmaster.pipes import (
+    MASTER_STOP,
+    MAX_JOBS,
+    PUSH_BACK,
+    READY,
+    RECYCLE,
+    STUCK,
+    RequestReader,
+)
 from jobmaster.poison import crash_triage
 from jobmaster.proctitle import child_title, set_title
 from jobmaster.signals import DUMP, MASTER_ONLY, QUIET, RESUME, STOP, STOP_NOW, SignalQueue
@@ -160,6 +169,7 @@ class Steering:
         self.recycle_reason = ""
         self.memory_cause: str | None = None
         self.no_room = False  # the master said so: push back now, no grace
+        self.master_stop = ""  # the master's reason for the TERM it is about to send
 
     def on_stuck_job(self) -> None:
         """A thread is lost to a job stuck past its timeout: get replaced (a lone
@@ -223,6 +233,8 @@ class Steering:
         for verb, reason in self.requests.read():
             self.on_request(verb, reason)
         stop = self.on_signal(signum) if signum is not None else None
+        if stop == "SIGTERM" and self.master_stop:  # its request came before its TERM
+            stop = f"the master's stop ({self.master_stop}), forwarded as SIGTERM"
         command = self._command()
         if command == "quiet":
             manager.quiet()
@@ -272,6 +284,8 @@ class Steering:
             if self.recycle_deadline is None:
                 self.memory_cause = reason or "over its memory limit"
                 self.begin_recycle(f"recycled by the master: {self.memory_cause}")
+        elif verb == MASTER_STOP:
+            self.master_stop = reason or "stop"
         elif verb == PUSH_BACK:
             if self.memory_cause is not None and not self.no_room:
                 log.warning(

@@ -165,7 +165,11 @@ def test_a_running_unique_job_cancelled_frees_its_lock_and_is_not_retried(
     wait_until(lambda: client.status(jid) == "cancelled", timeout=5, message="cancelled")
     assert not store.sismember("test:done", "held")
     assert RetrySet(client).size() == 0 and DeadSet(client).size() == 0
-    assert unique.enqueue("held", 60.0) is not None  # the lock went with it
+    again = unique.enqueue("held", 60.0)
+    assert again is not None  # the lock went with it
+    wait_until(lambda: client.status(again) == "working", timeout=10, message="running again")
+    assert jobmaster.cancel(again)  # not left running past the test (a thread left behind)
+    wait_until(lambda: client.status(again) == "cancelled", timeout=5, message="cancelled")
 
 
 def test_a_forged_cancels_key_neither_stops_a_start_nor_later_cancels(

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import jobmaster
+from jobmaster import exitcodes
 from jobmaster.cli import main
 from jobmaster.client import Client
 from jobmaster.config import Config
@@ -59,10 +60,10 @@ def test_list_show_and_cancel_a_batch(cli: Invoke, client: Client) -> None:
     assert jobmaster.batch_status(batch.bid, client)["cancelled"]  # type: ignore[index]
 
 
-def test_an_unknown_batch_is_one_line_and_exit_1(cli: Invoke) -> None:
+def test_an_unknown_batch_is_one_line_and_exit_6(cli: Invoke) -> None:
     for command in (["show"], ["cancel", "--yes"]):
         result = cli("batches", *command, "0123456789abcdef01234567")
-        assert result.exit_code == 1
+        assert result.exit_code == exitcodes.NOT_FOUND
         assert result.output.strip().endswith(
             "no batch 0123456789abcdef01234567 (unknown, or expired after 30 days)"
         )

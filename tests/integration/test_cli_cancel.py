@@ -10,6 +10,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
+from jobmaster import exitcodes
 from jobmaster.api import Queue
 from jobmaster.cli import main
 from jobmaster.client import Client
@@ -39,7 +40,7 @@ def test_a_queued_job_is_cancelled_exit_0(redis_url: str) -> None:
     assert "cancelled: 1 total" in stats.output
 
 
-def test_an_ended_job_exits_1_with_one_line(redis_url: str) -> None:
+def test_an_ended_job_exits_7_with_one_line(redis_url: str) -> None:
     client = Client(redis_url)
     jid = client.push({"job": "tests.record", "args": ["x"]})
     assert jid is not None
@@ -47,10 +48,10 @@ def test_an_ended_job_exits_1_with_one_line(redis_url: str) -> None:
 
     again = run("cancel", jid, "--redis-url", redis_url)
 
-    assert again.exit_code == 1
+    assert again.exit_code == exitcodes.REFUSED
     assert again.output == f"jobmaster: {jid}: not cancelled, it has already ended (cancelled)\n"
     unknown = run("cancel", "f" * 24, "--redis-url", redis_url)
-    assert unknown.exit_code == 1
+    assert unknown.exit_code == exitcodes.NOT_FOUND
     assert "no such job" in unknown.output and "Traceback" not in unknown.output
 
 
@@ -71,7 +72,7 @@ def test_json_says_what_was_found_and_done(redis_url: str, store: redis.Redis) -
     assert waited.exit_code == 1
     assert json.loads(waited.output)["pending"] is True
     unknown = run("cancel", "b" * 24, "--json", "--redis-url", redis_url)
-    assert unknown.exit_code == 1
+    assert unknown.exit_code == exitcodes.NOT_FOUND
     assert json.loads(unknown.output)["cancelled"] is False
 
 

@@ -18,6 +18,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
+from jobmaster import exitcodes
 from jobmaster import payload as wire
 from jobmaster.api import DeadSet, Queue, RetrySet, ScheduledSet
 from jobmaster.api.stats import utc_day
@@ -209,7 +210,7 @@ def test_show_prints_the_whole_entry_and_the_raw_text_of_garbage(
     assert data["payload"]["raw_hex"] == b"\xffnot json".hex() and data["runnable"] is False
 
     missing = cli("dead", "show", "0" * 24)
-    assert missing.exit_code == 1
+    assert missing.exit_code == exitcodes.NOT_FOUND
     assert missing.output == f"jobmaster: no entry '{'0' * 24}' in the dead set\n"
 
 
@@ -237,14 +238,16 @@ def test_retry_moves_entries_to_their_queue_by_jid_error_job_or_all(
     assert queue.size() == 3 and dead_set.size() == 2
 
     garbage = cli("dead", "retry", dead["buried"]["jid"])
-    assert garbage.exit_code == 1 and garbage.output.startswith("jobmaster: cannot retry")
+    assert garbage.exit_code == exitcodes.REFUSED and garbage.output.startswith(
+        "jobmaster: cannot retry"
+    )
     rest = cli("dead", "retry", "--all")
     assert rest.output == (
         "moved 0 entries of the dead set to their queues; 2 not runnable left in place "
         "(delete them)\n"
     )
     gone = cli("dead", "retry", dead["timeout"]["jid"])  # retried already
-    assert gone.exit_code == 1 and "no entry" in gone.output
+    assert gone.exit_code == exitcodes.NOT_FOUND and "no entry" in gone.output
 
 
 def test_delete_by_jid_job_or_all(cli: Invoke, dead: dict[str, Any], client: Client) -> None:
@@ -256,7 +259,7 @@ def test_delete_by_jid_job_or_all(cli: Invoke, dead: dict[str, Any], client: Cli
         "deleted 2 entries of the dead set\n"
     )
     assert [e.jid for e in dead_set] == [dead["timeout"]["jid"], None]
-    assert cli("dead", "delete", dead["buried"]["jid"]).exit_code == 1
+    assert cli("dead", "delete", dead["buried"]["jid"]).exit_code == exitcodes.NOT_FOUND
     assert cli("dead", "delete", "--all").output == "deleted 2 entries of the dead set\n"
     assert dead_set.size() == 0
 
@@ -287,7 +290,7 @@ def test_kill_moves_retries_and_scheduled_jobs_to_the_dead_set(
     assert client.status(str(later)) == "dead"
 
     missing = cli("retries", "kill", retrying[0]["jid"])  # in the dead set already
-    assert missing.exit_code == 1
+    assert missing.exit_code == exitcodes.NOT_FOUND
     assert missing.output == f"jobmaster: no entry {retrying[0]['jid']!r} in the retry set\n"
     assert cli("retries", "kill").exit_code == 2  # a selector is needed
     assert cli("dead", "kill", "--all").exit_code == 2  # the dead set has no kill
@@ -354,7 +357,7 @@ def test_ps_lists_a_lone_worker_and_ctl_reports_unknown_identities(
     assert row.split()[-1] == worker["identity"]
 
     unknown = cli("ctl", "stop", "nohost:1:abc")
-    assert unknown.exit_code == 1
+    assert unknown.exit_code == exitcodes.NOT_FOUND
     assert unknown.output == (
         "jobmaster: no live process 'nohost:1:abc' (gone, or never was: see `jobmaster ps`)\n"
     )

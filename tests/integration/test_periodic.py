@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from jobmaster import exitcodes
 from jobmaster import payload as wire
 from jobmaster.client import Client
 from jobmaster.config import Config, PeriodicEntry, load_config
@@ -230,7 +231,7 @@ def test_the_periodic_command(redis_url: str, tmp_path: Path) -> None:
         "tick: tests.record on default, every 60s, disabled (at run time)"
     )
     unknown = runner.invoke(main, ["periodic", "enable", "nope", "-c", str(path)])
-    assert unknown.exit_code == 1
+    assert unknown.exit_code == exitcodes.NOT_FOUND
     assert unknown.output == "jobmaster: no periodic entry named 'nope' (known: tick)\n"
 
 

@@ -351,13 +351,15 @@ def test_a_finish_that_redis_runs_after_the_worker_gave_up_is_recorded_once(
     jid = Client(url).push({"job": "tests.count", "args": [7]})
     unit = worker.manager.fetcher.fetch()
     assert unit is not None
-    outcome = execute(unit, ctx=worker.ctx)
-
-    sleeping = start_debug_sleep(store, 1.5)
-    # The first FINISH times out and runs late; record() sends it again until
-    # Redis answers, and the resent one must not count the job a second time.
-    assert record(worker.ctx, unit.raw, outcome)
-    end_debug_sleep(store, sleeping)
+    try:
+        outcome = execute(unit, ctx=worker.ctx)
+        sleeping = start_debug_sleep(store, 1.5)
+        # The first FINISH times out and runs late; record() sends it again until
+        # Redis answers, and the resent one must not count the job a second time.
+        assert record(worker.ctx, unit.raw, outcome)
+        end_debug_sleep(store, sleeping)
+    finally:
+        worker.ctx.acks.close()  # its status-marks flusher: never started, never stopped
     assert jobs.COUNTS[7] == 1
     assert store.llen(worker.ctx.inprogress_key) == 0
     assert processed(store) == 1, "the job was counted twice"

@@ -223,6 +223,7 @@ def test_every_key_a_script_touches_was_declared_in_keys(
     try:
         run_everything(ctx, client, store)
     finally:
+        ctx.acks.close()  # its status-marks flusher
         ctx.redis.close()
     undeclared, ran = watched.undeclared()
     names = {script.sha.encode(): name for name, script in vars(client.scripts).items()}

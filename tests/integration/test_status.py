@@ -67,7 +67,9 @@ def test_a_job_pushed_back_at_stop_is_queued_again(
     running_worker: StartWorker,
     client: Client,
 ) -> None:
-    jid = client.push({"job": "tests.record", "args": ["back", 30]})
+    # Long enough to outlive the stop, short enough to end with the test (its
+    # thread runs on after the push-back: the suite fails on a thread left running).
+    jid = client.push({"job": "tests.record", "args": ["back", 3]})
     worker = running_worker(make_config())
     wait_until(lambda: client.status(jid) == "working", timeout=10)
     worker.stop(timeout=0.2)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from jobmaster import exitcodes
 from jobmaster.client import Client
 from jobmaster.keys import Keys
 from tests.helpers import wait_until
@@ -184,27 +185,40 @@ def test_a_lone_worker_imports_the_app_even_without_preload(
     )
 
 
-def test_enqueue_warns_of_a_name_the_app_does_not_register_and_still_enqueues(
+def test_enqueue_refuses_a_name_the_app_does_not_register_unless_forced(
     tmp_path: Path, redis_url: str, store: redis.Redis
 ) -> None:
+    """It warned, exited 0, and the job went straight to the dead set."""
     config = project(tmp_path / "proj", redis_url)
     typo = jobmaster("enqueue", "-c", str(config), "pathapp.mrak", '"x"', cwd=tmp_path)
-    assert typo.returncode == 0, typo.stderr
-    assert "warning: no job 'pathapp.mrak' is registered by the app (pathapp)" in typo.stderr
+    assert typo.returncode == exitcodes.REFUSED, typo.stderr
+    assert "no job 'pathapp.mrak' is registered by the app (pathapp)" in typo.stderr
     assert "did you mean 'pathapp.mark'" in typo.stderr
+    assert "--force" in typo.stderr
+    assert store.llen(K.queue("default")) == 0
+    forced = jobmaster("enqueue", "-c", str(config), "--force", "pathapp.mrak", '"x"', cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert "warning: no job 'pathapp.mrak' is registered" in forced.stderr
     known = jobmaster("enqueue", "-c", str(config), "pathapp.mark", '"y"', cwd=tmp_path)
     assert known.returncode == 0 and known.stderr == ""
-    assert store.llen(K.queue("default")) == 2  # both enqueued
+    assert store.llen(K.queue("default")) == 2  # the forced one and the known one
 
 
-def test_enqueue_for_an_app_not_importable_here_says_nothing(
+def test_enqueue_for_an_app_not_importable_here_says_it_was_not_checked(
     tmp_path: Path, redis_url: str, store: redis.Redis
 ) -> None:
-    """Producers may enqueue for another app's workers, without its code."""
+    """Producers may enqueue for another app's workers, without its code: the
+    job goes, and the line says which case it is."""
     config = project(tmp_path / "proj", redis_url, app=["someone_elses.jobs"])
     result = jobmaster("enqueue", "-c", str(config), "someone_elses.jobs.send", cwd=tmp_path)
-    assert result.returncode == 0 and result.stderr == ""
-    assert store.llen(K.queue("default")) == 1
+    assert result.returncode == 0, result.stderr
+    assert "not checked that a worker registers 'someone_elses.jobs.send'" in result.stderr
+    assert "someone_elses" in result.stderr.split(":", 3)[-1]
+    bare = project(tmp_path / "bare", redis_url, app=[])
+    result = jobmaster("enqueue", "-c", str(bare), "someone_elses.jobs.send", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "the config names no app" in result.stderr
+    assert store.llen(K.queue("default")) == 2
 
 
 def test_a_lone_worker_without_preload_runs_the_apps_jobs(

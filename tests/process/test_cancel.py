@@ -18,6 +18,7 @@ import pytest
 import redis
 
 import jobmaster
+from jobmaster import exitcodes
 from jobmaster.api import BatchSet, DeadSet, ProcessSet, RetrySet
 from jobmaster.client import Client
 from tests import jobs
@@ -187,5 +188,5 @@ def test_jobmaster_cancel_from_a_shell_stops_a_running_job(
     client = Client(redis_url)
     assert client.status(jid) == "cancelled"
     late = cancel()
-    assert late.returncode == 1
+    assert late.returncode == exitcodes.REFUSED
     assert late.stderr == f"jobmaster: {jid}: not cancelled, it has already ended (cancelled)\n"

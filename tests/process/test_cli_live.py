@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from jobmaster import exitcodes
 from jobmaster.client import Client
 from tests.helpers import wait_until
 from tests.process.conftest import ROOT, JobmasterProcess, jobmaster_command, wait_for_worker
@@ -74,7 +75,7 @@ def test_the_operators_commands_against_a_running_master(
     [dead] = listed(config, redis_url, "dead")
     assert (dead["jid"], dead["job"]) == (dead_jid, "tests.permanent")
     assert dead_jid in jm(config, redis_url, "dead", "show", str(dead_jid))
-    jm(config, redis_url, "dead", "show", "0" * 24, code=1)
+    jm(config, redis_url, "dead", "show", "0" * 24, code=exitcodes.NOT_FOUND)
     jm(config, redis_url, "dead", "retry", code=2)  # no selector: bad usage
     assert [e["jid"] for e in listed(config, redis_url, "retries")] == [retry_jid]
 

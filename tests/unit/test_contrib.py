@@ -235,3 +235,29 @@ def test_readme_deployment_section_explains_each_file() -> None:
     section = readme.split("## Deployment", 1)[1].split("\n## ", 1)[0]
     for path in (CONTRIB / "Procfile", UNIT, DOCKERFILE, DEPLOYMENT, EXAMPLE):
         assert str(path.relative_to(ROOT)) in section, f"README's Deployment skips {path.name}"
+
+
+def test_the_demo_config_starts_what_its_header_says() -> None:
+    """Its header says one worker process: it started one per CPU (2 x 5 here)."""
+    demo = CONTRIB / "examples" / "demo.toml"
+    config = load_config(demo, env={})
+    assert "one worker process of 5 job threads" in demo.read_text()
+    assert (config.processes, config.concurrency) == (1, 5)
+
+
+def test_check_lists_the_built_in_job_apart_from_the_apps() -> None:
+    """``jobs:`` listed jobmaster.on_failure among the demo's, with no word of
+    what it is. The embedded Redis is not started by check: no Redis here."""
+    from click.testing import CliRunner
+
+    from jobmaster.cli import main
+
+    result = CliRunner().invoke(
+        main, ["check", "-c", str(CONTRIB / "examples" / "demo.toml"), "--redis-url", "embedded"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(":", 1) for line in result.output.splitlines() if ":" in line)
+    jobs = lines["jobs"].strip().split(", ")  # and the suite's, registered in this process
+    assert {"demo_app.add", "demo_app.greet"} <= set(jobs)
+    assert "jobmaster.on_failure" not in jobs
+    assert lines["built in"].strip().startswith("jobmaster.on_failure (runs a job's on_failure")

@@ -123,7 +123,8 @@ def test_a_failed_requeue_backs_off_and_goes_once_redis_answers() -> None:
     recovery = FakeRecovery()
     duties, _ = build(recovery)
     recovery.failures_to_come = 1
-    duties._next_control = float("inf")  # the control list is not read for now
+    duties._next_control = float("inf")  # the control list is not read for now...
+    duties._written = duties._state  # ...nor a changed state written
     duties.requeue(dead("a"))
     duties.run_pass(time.monotonic())
     assert duties.pending() != ()
@@ -246,3 +247,33 @@ def test_handlers_held_keeps_other_threads_from_writing_a_line() -> None:
         other.join(5)
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_changed_state_is_written_at_once_not_at_the_next_beat() -> None:
+    """ps showed a new master as 0/0 and its children as "(no master)", and a
+    quiet seconds late: the heartbeat waited for its beat interval."""
+    duties, client = build()
+    now = time.monotonic()
+    duties.run_pass(now)  # the first heartbeat, with the state build() published
+    assert client.heartbeats[-1]["children"] == "c1,c2"
+    duties.publish(MasterState(wanted=3, quiet=True, stopping=False, children=("c1", "c2", "c3")))
+    assert duties._wake.is_set()  # the thread's wait ends now
+    duties.run_pass(now + 0.01)  # long before the next control read or beat
+    assert len(client.heartbeats) == 2
+    assert client.heartbeats[-1]["children"] == "c1,c2,c3"
+    assert client.heartbeats[-1]["quiet"] == 1
+
+
+def test_memory_samples_alone_wait_for_the_beat() -> None:
+    duties, client = build()
+    now = time.monotonic()
+    duties.run_pass(now)
+    duties._wake.clear()
+    duties.publish(
+        MasterState(
+            wanted=2, quiet=False, stopping=False, children=("c1", "c2"), memory_used_mb=5.0
+        )
+    )
+    assert not duties._wake.is_set()
+    duties.run_pass(now + 0.01)
+    assert len(client.heartbeats) == 1  # the memory sample waits for its beat

@@ -49,10 +49,13 @@ def test_threads_the_preloaded_app_started_are_named_in_a_warning(
     assert "children do not have them" in record.getMessage()
 
 
-def test_no_warning_when_only_the_main_thread_runs(caplog: pytest.LogCaptureFixture) -> None:
-    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    if others:
-        pytest.skip(f"this test process runs other threads: {[t.name for t in others]}")
+def test_no_warning_when_only_the_main_thread_runs(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever else this test process runs: it was skipped in every full run,
+    where earlier tests had left threads behind (a leak of ours now fails the
+    test that leaked it: tests/conftest.py)."""
+    monkeypatch.setattr(spawn.threading, "enumerate", lambda: [threading.main_thread()])
     with caplog.at_level(logging.WARNING, logger="jobmaster.supervisor.spawn"):
         spawn.warn_about_threads()
     assert caplog.records == []
