@@ -805,6 +805,7 @@ class Chaos:
             # times and be buried.
             self.master = self.recycling_pool()
             self.master.start()
+            self.master.wait_children(self.profile.processes)  # never a TERM before its handlers
             self.wait(lambda: self.all_done(tokens), 60)
             self.stop_master()
             found = re.findall(r"stopped: (\d+) job\(s\) pushed back", self.log()[offset:])
@@ -825,7 +826,7 @@ class Chaos:
     def do_recycle_term(self) -> dict[str, Any]:
         """A TERM while children are being recycled (their grace 30 s, their jobs
         6 s): it reaches them, and the pool stops within shutdown_timeout."""
-        with self.recycling("rt") as (_, offset):
+        with self.recycling(f"rt{self.tally.counts['recycle_term']}") as (_, offset):
             busy = len(self.busy_recycling(offset))
             seconds, code = self.stop_master()
         ok = busy > 0 and code == 0 and seconds < RECYCLE_STOP_S
@@ -835,7 +836,7 @@ class Chaos:
         """TSTP and CONT while children are being recycled: no recycling child
         fetches again (none says "resumed"); the jobs pushed after the CONT are
         run by the others."""
-        with self.recycling("rc") as (pool, offset):
+        with self.recycling(f"rc{self.tally.counts['recycle_cont']}") as (pool, offset):
             pool.signal(signal.SIGTSTP)
             quieted = self.wait(lambda: "quieting children" in self.log()[offset:], 10)
             pool.signal(signal.SIGCONT)

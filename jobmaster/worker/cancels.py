@@ -49,6 +49,7 @@ from jobmaster.worker.watchdog import raise_in_thread
 log = logging.getLogger("jobmaster.worker.cancels")
 
 INTERVAL = 1.0  # seconds between fallback reads: a lost message costs at most this
+STOP_NOTICE = 1.0  # seconds a stop may wait for the listener's current wait to end
 PAGE = 1000  # requests read per call; more only after a flood
 PAGES = MAX_REQUESTS // PAGE + 1  # calls per read at most: the walk goes on at the next one
 OVERLAP = 2.0  # seconds re-read below the cursor (same-instant writes, a failover's clock)
@@ -146,7 +147,9 @@ class CancelWatch(threading.Thread):
             if time.monotonic() >= next_read:
                 self.poll()
                 next_read = time.monotonic() + INTERVAL
-            message = pubsub.get_message(timeout=max(0.0, next_read - time.monotonic()))
+            # Never longer than STOP_NOTICE: the stop is noticed between waits.
+            wait = min(STOP_NOTICE, max(0.0, next_read - time.monotonic()))
+            message = pubsub.get_message(timeout=wait)
             if message is not None and message.get("type") == "message":
                 self.heard(message["data"])
 

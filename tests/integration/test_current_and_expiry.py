@@ -141,7 +141,7 @@ def test_attempt_counts_a_run_pushed_back_by_a_stop(
 ) -> None:
     """SPEC §11: attempt is 1 on the first run, and counts runs. A stop's
     push-back while the job ran did not move it: the next run said 1 again."""
-    current_jobs.current_then_sleeps.enqueue("pushed back", 30)
+    current_jobs.current_then_sleeps.enqueue("pushed back", 2)  # ends within the leak check
     first = running_worker(make_config(concurrency=1, app=["tests.current_jobs"]))
     wait_until(lambda: len(current_jobs.seen("pushed back")) == 1, timeout=10)
     assert len(first.stop(timeout=0.2).requeued) == 1

@@ -213,7 +213,9 @@ def test_any_value_of_a_job_gets_an_answer_from_its_page_status_result_and_cance
         for command in (["status", JID], ["status", JID, "--json"], ["cancel", JID]):
             result = runner.invoke(main, [*command, "--redis-url", redis_url])
             shown = f"{command}: exit {result.exit_code}\n{result.output[-2000:]}"
-            assert result.exit_code in (0, 1), shown
+            # An answer, with its documented exit code: unknown (a forged type
+            # reads as absent), cancelled, or too late to cancel.
+            assert result.exit_code in (0, 1, exitcodes.NOT_FOUND, exitcodes.REFUSED), shown
             assert not isinstance(result.exception, Exception), (shown, result.exception)
             assert "Traceback" not in result.output, shown
         # An answer: unknown, pending, failed, or a result no key opens.

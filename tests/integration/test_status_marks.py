@@ -132,6 +132,7 @@ def test_a_long_runs_mark_is_renewed_on_the_heartbeats_pipeline_until_it_ends(
     a renewal keeps it past that (the heartbeat sends ``refresh``'s MARK)."""
     scripts = Scripts(store)
     acks = Acks(store, Marking(scripts.mark, INPROG, 1, 2))
+    OPENED.append(acks)
     store.lpush(INPROG, b"long")
     acks.mark(K.status("long"), b"long")
     wait_until(lambda: store.get(K.status("long")) == b"working", timeout=2)
