@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import psutil
 import pytest
@@ -143,6 +144,26 @@ def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Jobm
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
         process.popen.wait(timeout=10)
+    # Last, whatever still talks to the session's Redis: a child of a master
+    # that exited, renamed (so no tag) and reparented (so no descendant), was
+    # seen taking the next test's jobs in the seconds before it noticed its
+    # master was gone (a batch's poison pill ran in no process of that test).
+    port = urlparse(redis_url).port
+    wait_until(lambda: not _kill_clients_of(port), timeout=10, message="clients left")
+
+
+def _kill_clients_of(port: int | None) -> list[int]:
+    """SIGKILL every other process with a TCP connection to ``port`` (this
+    session's private Redis): its pids, empty when none is left."""
+    pids = {
+        conn.pid
+        for conn in psutil.net_connections(kind="tcp")
+        if conn.raddr and conn.raddr.port == port and conn.pid not in (None, os.getpid())
+    }
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    return sorted(pids)
 
 
 def tagged(tag: str) -> list[psutil.Process]:

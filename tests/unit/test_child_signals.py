@@ -20,6 +20,9 @@ from jobmaster.supervisor.spawn import take_signals
 
 pytestmark = [
     pytest.mark.timeout(30),
+    # Under pytest-xdist this process runs threads of its own (3.12+ warns at
+    # any fork then); the forked child touches only signals and exits.
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
     pytest.mark.skipif(sys.platform != "linux", reason="the kernel's rule is Linux's"),
 ]
 
