@@ -153,12 +153,15 @@ def run_jobmaster(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., Jobm
 
 
 def _kill_clients_of(port: int | None) -> list[int]:
-    """SIGKILL every other process with a TCP connection to ``port`` (this
-    session's private Redis): its pids, empty when none is left."""
+    """SIGKILL every process with a TCP connection to ``port`` (this session's
+    private Redis) that is no longer ours: a descendant of this process (a
+    dashboard server a module shares) is left alone; a child whose master
+    exited has been reparented away from us. Its pids, empty when none is left."""
+    ours = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
     pids = {
         conn.pid
         for conn in psutil.net_connections(kind="tcp")
-        if conn.raddr and conn.raddr.port == port and conn.pid not in (None, os.getpid())
+        if conn.raddr and conn.raddr.port == port and conn.pid is not None and conn.pid not in ours
     }
     for pid in pids:
         with contextlib.suppress(psutil.Error):
