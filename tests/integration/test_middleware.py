@@ -40,6 +40,8 @@ def test_rate_limit_holds_jobs_back_without_counting_an_attempt(
     jids = client.push_bulk({"job": "tests.rate_limited", "args": [[f"r{n}"] for n in range(6)]})
     running_worker(make_config(concurrency=4))
     wait_until(lambda: store.scard("test:done") == 6, timeout=30, message="all 6 ran")
+    # The job body marks itself done before its acknowledgement counts it processed.
+    wait_until(lambda: store.get(K.stat("processed")) == b"6", timeout=10, message="6 counted")
     admitted = Counter(int(raw) for raw in store.lrange("test:windows", 0, -1))
     assert sum(admitted.values()) == 6
     assert max(admitted.values()) <= 2, admitted  # never more than 2 in one 1 s window
@@ -65,7 +67,8 @@ def test_without_overlapping_runs_jobs_one_at_a_time(
     )
     for (_, end), (start, _) in itertools.pairwise(intervals):
         assert start >= end, f"overlap: {intervals}"
-    assert store.keys(f"{K.prefix}overlap:*") == []  # released after each run
+    # Released after each run: the release follows the job body's last write, so wait for it.
+    wait_until(lambda: store.keys(f"{K.prefix}overlap:*") == [], timeout=10, message="released")
 
 
 class Counting(Middleware):
