@@ -8,7 +8,7 @@ change of a few microseconds on the job's path. This takes the path alone,
 ``Processor.process`` of one claimed job (table start and end, the executor
 with its Scope, conclude, record building FINISH's arguments, the metrics),
 in this thread, over and over, with the FINISH round trip replaced by a
-reply of 1 (``Acks.call``), so neither Redis nor other threads are in the
+reply of 1 (``IOCore.call``), so neither Redis nor other threads are in the
 figure. A private ``redis-server`` (harness.py) serves only the set-up.
 
 Prints the CPU per job (``time.process_time``) of ``--rounds`` rounds of
@@ -32,8 +32,8 @@ from harness import exit_on_term, private_redis
 import jobmaster
 from jobmaster.config import Config
 from jobmaster.keys import Keys
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.process import WorkerProcess
+from jobmaster.worker.unit import Unit
 
 JOB = "bench_jobs.noop"
 
@@ -56,10 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert isinstance(raw, bytes), "the pushed job is not in its queue"
         config = Config(redis_url=url, app=["bench_jobs"], concurrency=10, log_level="warning")
         worker = WorkerProcess(config)  # built, never started: no thread runs
-        acks = worker.ctx.acks
+        acks = worker.ctx.core
 
         def finished(script: Any, keys: Any, args: Any, *, settles: str | None = None) -> int:
-            if settles is not None:  # as Acks.call: the "working" mark is moot
+            if settles is not None:  # as IOCore.call: the "working" mark is moot
                 acks._marks.pop(settles, None)
             return 1  # the payload was in the in-progress list
 

@@ -37,7 +37,7 @@ job, so its TTL follows where the job is:
 - scheduled or waiting for a retry: its wait plus ``status_ttl``
   (results.waiting_ttl);
 - running: "working", kept alive by its process's heartbeat (MARK again:
-  worker/acks.py) while the job runs;
+  worker/core.py) while the job runs;
 - ended: ``status_ttl`` (or the job's ``result_ttl``) from its end.
 """
 
@@ -126,7 +126,7 @@ class Push(ScriptCall):
 # It does not mark the jobs "working": a job's status key is named after its
 # jid, unknown until the payload is read, and every key a script touches must
 # be in KEYS. A job is marked when it starts, by MARK, in a round trip the
-# process makes anyway (see worker/acks.py).
+# process makes anyway (see worker/core.py).
 # KEYS[1] in-progress list, KEYS[2] paused set, KEYS[3..] queue lists
 # ARGV[1] the most jobs to take, ARGV[2..] queue names, in the order of KEYS[3..]
 # Returns {jobs left in the last queue taken from, payload, its queue name,

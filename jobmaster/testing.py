@@ -33,7 +33,6 @@ from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.outcome import record, run_hook
 from jobmaster.worker.poller import ScheduledPoller
-from jobmaster.worker.wakeup import WorkSignal
 
 WORK_LIMIT = 10_000  # jobs one work() call may run before it calls it a loop
 
@@ -128,10 +127,10 @@ def work(
     """
     client = Client.from_config(config) if config is not None else default_client()
     ctx = _context(client, config)
-    try:  # each call's "working" marks flusher ends with it (one leaked per call)
+    try:  # each call's I/O core ends with it (one leaked per call)
         return _work(ctx, client, ctx.config, include_scheduled, limit)
     finally:
-        ctx.acks.close()
+        ctx.core.close()
 
 
 def _work(
@@ -148,7 +147,7 @@ def _work(
         settings.queues, settings.strict = sorted(name.decode() for name in known), True
         if not settings.queues:
             return ended
-        fetcher = Fetcher(ctx, WorkSignal())
+        fetcher = Fetcher(ctx)
         unit = fetcher.fetch()
         if unit is None:
             return ended

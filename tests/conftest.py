@@ -56,7 +56,7 @@ def _no_default_redis() -> Iterator[None]:
 def _no_thread_left_behind() -> Iterator[None]:
     """Fail the test that leaves one of jobmaster's threads running.
 
-    Every flusher of every Acks a test built ran for good: ~94 of them by
+    Every flusher of every IOCore a test built ran for good: ~94 of them by
     the time tests/unit/test_fork_hygiene.py ran, which then skipped (it
     needs a process with no other thread) in every full run. A leak is a bug
     in the test or in the code, and it fails where it happens.
@@ -77,7 +77,7 @@ def _no_thread_left_behind() -> Iterator[None]:
     if leaked := left():
         pytest.fail(
             f"left running after the test: {sorted(t.name for t in leaked)} "
-            "(stop what started them: a worker's stop(), an Acks's close()...)"
+            "(stop what started them: a worker's stop(), an IOCore's close()...)"
         )
 
 

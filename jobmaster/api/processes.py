@@ -118,7 +118,7 @@ class RunningJob:
     identity: str  # the worker process that fetched it
     record: JobRecord
     # Seconds since it was fetched, read from its "working" status's remaining
-    # TTL (MARK sets it, see worker/acks.py); None without status tracking.
+    # TTL (MARK sets it, see worker/core.py); None without status tracking.
     runtime: float | None
 
 
@@ -294,7 +294,7 @@ class ProcessSet:
         for n, (identity, record) in enumerate(held):
             status, pttl = replies[2 * n], replies[2 * n + 1]
             runtime = None
-            # A mark kept alive past its status_ttl (worker/acks.py) tells no start.
+            # A mark kept alive past its status_ttl (worker/core.py) tells no start.
             ttl = self.backend.status_ttl
             if ttl and status is not None and text(status) == "working" and int(pttl) <= ttl * 1000:
                 runtime = max(0.0, ttl - int(pttl) / 1000)

@@ -16,7 +16,7 @@ from jobmaster.keys import Keys
 from jobmaster.recovery import Recovery
 from jobmaster.redis_target import RedisTarget
 from jobmaster.scripts import Scripts
-from jobmaster.worker.acks import Acks, Marking
+from jobmaster.worker.core import IOCore, Marking
 
 DAY_COUNTER_TTL = 5 * 365 * 24 * 3600  # per-day counters kept five years for graphs
 
@@ -31,7 +31,7 @@ BACKGROUND_THREADS = {
     "wakeup listener": 1,  # holds its pub/sub connection for as long as it is subscribed
     "watchdog": 1,  # records the outcome of a job stuck past its timeout
     "cancel requests": 2,  # its pub/sub connection, and its fallback read (cancels.py)
-    "status marks": 1,  # sends the "working" marks no acknowledgement took (acks.py)
+    "I/O core": 1,  # fetches, acknowledgements and "working" marks (core.py)
 }
 POOL_MARGIN = 2  # middleware or hooks that use the worker's client from threads of their own
 
@@ -58,14 +58,14 @@ class WorkerContext:
     scripts: Scripts
     stopping: threading.Event = field(default_factory=threading.Event)
     # Made here, not lazily: the processor threads share one, from their start.
-    acks: Acks = field(init=False)
+    core: IOCore = field(init=False)
 
     def __post_init__(self) -> None:
         marking = None
         if self.status_ttl:
             horizon = max(1, round(self.config.heartbeat_ttl))
             marking = Marking(self.scripts.mark, self.inprogress_key, self.status_ttl, horizon)
-        self.acks = Acks(self.redis, marking)
+        self.core = IOCore(self.redis, marking)
 
     @classmethod
     def create(cls, config: Config, identity: Identity | None = None) -> WorkerContext:

@@ -5,7 +5,7 @@ once (fetched.py), ``run`` takes it through its steps in order, and the
 ending it comes to (outcome.py: ran, held back, skipped, refused, expired) is
 made into one ``Outcome`` by ``conclude``, once, with its lock, workflow step and
 hook. Nothing here records it: ``record`` (outcome.py) does that afterwards,
-and the job's "working" mark rides in a later round trip (acks.py).
+and the job's "working" mark rides in a later round trip (core.py).
 Redis is touched twice at most: a batch job's ``cancelled`` flag is read
 (such a job is skipped), and an ``until_started`` job's lock is released
 as it starts. Bad input becomes a dead-set outcome instead of an exception, so one
@@ -40,10 +40,9 @@ from jobmaster.middleware import base as middleware
 from jobmaster.middleware.base import Defer, JobContext
 from jobmaster.registry import RegisteredJob
 from jobmaster.scripts import Scripts, Unlock
-from jobmaster.worker.acks import Acks
 from jobmaster.worker.cancels import CancelWatch, Watched
 from jobmaster.worker.context import WorkerContext
-from jobmaster.worker.fetch import Unit
+from jobmaster.worker.core import IOCore
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import (
     Ending,
@@ -58,6 +57,7 @@ from jobmaster.worker.outcome import (
     bad_payload,
     conclude,
 )
+from jobmaster.worker.unit import Unit
 from jobmaster.worker.watchdog import Armed, Watchdog
 from jobmaster.workflows import batch, steps
 
@@ -79,7 +79,7 @@ class Executor:
     keys: Keys
     scripts: Scripts
     worker: str  # this process's identity, for middleware
-    acks: Acks  # where the "working" mark goes
+    core: IOCore  # where the "working" mark goes
     watchdog: Watchdog | None = None  # job timeouts; None: no limit enforced
     cancels: CancelWatch | None = None  # jobmaster.cancel's requests; None: not heard
 
@@ -90,7 +90,7 @@ class Executor:
         watchdog: Watchdog | None = None,
         cancels: CancelWatch | None = None,
     ) -> Executor:
-        return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.acks, watchdog, cancels)
+        return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.core, watchdog, cancels)
 
     def run(self, unit: Unit) -> Outcome:
         """Run the job in ``unit`` and say how it ended (and when)."""
@@ -118,11 +118,11 @@ class Executor:
             except Defer as held:
                 return self._end(job, HeldBack(held.seconds, str(held)), started)
         _event(logging.INFO, "job.start", job, "start")
-        # "working", in a round trip made anyway (acks.py)
+        # "working", in a round trip made anyway (core.py)
         status_key = self.keys.status(job.jid)
-        self.acks.mark(status_key, job.raw)
+        self.core.mark(status_key, job.raw)
         ending, took = self._call(job, function)
-        self.acks.ended(status_key)  # its mark is kept alive no more
+        self.core.ended(status_key)  # its mark is kept alive no more
         outcome = self._end(job, ending, started, took)
         if around is not None:
             middleware.after_process(chain, around, ending.error)

@@ -16,29 +16,27 @@ list, and we fetch from several queues with weights. Polling fast enough for
 millisecond latency would cost hundreds of commands a second per idle
 process. Instead:
 
-- A busy thread fetches again the moment it finishes a job: no waiting.
-- A thread that found nothing sleeps on an in-process ``WorkSignal``,
-  sending nothing to Redis.
-- Every push (PUSH, the pollers, requeues) publishes "N jobs arrived" on its
-  queue's wakeup channel in the same script. One listener thread per process
-  is subscribed and wakes up to N sleepers: pickup is a pub/sub hop away
-  (about a millisecond).
-- When a fetch leaves more jobs in the queue, it wakes one more sleeper, so a
-  burst fans out over the idle threads without a message per job.
+- A busy process fetches the next job in the round trip that acknowledges
+  the last one: no waiting.
+- A process whose fetch found nothing sends none again until it hears of a
+  push: its runners wait on their queue, its I/O core on its inbox.
+- A push that may find a process asleep (PUSH, the pollers, requeues)
+  publishes "N jobs arrived" on its queue's wakeup channel in the same
+  script. One listener thread per process is subscribed and wakes the core:
+  pickup is a pub/sub hop away (about a millisecond).
 - Pub/sub is fire-and-forget (a message sent during a reconnect is lost, and
-  a producer may push without publishing), so the listener also wakes one
-  idle thread once a second: the worst case is a second, and an idle process
-  sends about one FETCH a second, plus its heartbeat and poller.
+  a producer may push without publishing), so the listener also wakes the
+  core once a second while its runners wait: the worst case is a second,
+  and an idle process sends about one FETCH a second, plus its heartbeat
+  and poller.
 
-One round trip for every thread waiting. When several threads want a job
-at the same moment (a burst, or short jobs: each thread fetches again as it
-finishes), the first one to get the fetch lock asks FETCH for as many jobs
-as threads are waiting, keeps one and leaves the rest in a hand-off list
-that the waiting threads take from in turn, without a round trip each. The
-hand-off never holds more jobs than threads waiting for it, so every job in
-it is taken within moments, and each is already in our in-progress list:
-a crash requeues it, a stop pushes it back, and a thread that takes one as
-quiet begins gives it back like any job it fetched.
+One round trip for every runner free. The process's I/O core (core.py)
+sends the fetch: as many jobs as runners are free, or about to be (a runner
+whose acknowledgement rides in the same round trip), and hands them out
+through a queue the idle runners wait on. Every job in that queue is
+already in our in-progress list: a crash requeues it, a stop pushes it
+back, and a runner that takes one as quiet begins gives it back like any
+job it fetched.
 
 A lost reply. FETCH is not a blocking command and is never re-sent by
 redis-py (workers connect with ``retry_commands=False``), so a reply lost to
@@ -52,33 +50,22 @@ is dropped with the connection we close on the timeout, so it never runs.
 
 from __future__ import annotations
 
-import collections
+import queue
 import random
-import threading
-from dataclasses import dataclass
 
+from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.scripts import Fetch
 from jobmaster.worker.context import WorkerContext
-from jobmaster.worker.wakeup import WorkSignal
-
-
-@dataclass(frozen=True, eq=False)
-class Unit:
-    """One fetched job: the payload exactly as stored (to acknowledge it) and its queue.
-
-    Compared by identity: two entries of the same bytes are two fetches, each
-    claimed and acknowledged on its own (running.py)."""
-
-    raw: bytes
-    queue: str
+from jobmaster.worker.core import Call, Runner
+from jobmaster.worker.running import RunningTable
+from jobmaster.worker.unit import Unit
 
 
 class Fetcher:
-    """Fetches for the processor threads of one process."""
+    """Builds this process's FETCH calls and reads their replies."""
 
-    def __init__(self, ctx: WorkerContext, signal: WorkSignal) -> None:
+    def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
-        self.signal = signal
         weights = ctx.config.queue_weights
         self.strict = ctx.config.strict
         self.names = [name for name, _ in weights]
@@ -86,10 +73,6 @@ class Fetcher:
         # proportion to its weight.
         self.expanded = [name for name, weight in weights for _ in range(weight)]
         self.queue_keys = {name: ctx.keys.queue(name) for name in self.names}
-        self._lock = threading.Lock()  # one FETCH at a time; the others wait for its jobs
-        self._count_lock = threading.Lock()
-        self._waiting = 0  # threads inside fetch(), the one fetching included
-        self._handoff: collections.deque[Unit] = collections.deque()
 
     def queue_order(self) -> list[str]:
         if self.strict or len(self.names) == 1:
@@ -97,42 +80,116 @@ class Fetcher:
         drawn = random.sample(self.expanded, len(self.expanded))
         return list(dict.fromkeys(drawn))
 
-    def fetch(self) -> Unit | None:
-        """A job moved into our in-progress list (by this thread's round trip or
-        another's that fetched for it too), or None when there is none."""
-        with self._count_lock:
-            self._waiting += 1
-        try:
-            with self._lock:
-                if self._handoff:
-                    return self._handoff.popleft()
-                with self._count_lock:
-                    wanted = self._waiting
-                units = self.fetch_many(wanted)
-                if not units:
-                    return None
-                self._handoff.extend(units[1:])
-                return units[0]
-        finally:
-            with self._count_lock:
-                self._waiting -= 1
-
-    def fetch_many(self, count: int) -> list[Unit]:
-        """One round trip: up to ``count`` jobs moved into our in-progress list."""
+    def request(self, count: int) -> Fetch:
+        """The FETCH of up to ``count`` jobs, in this fetch's queue order."""
         order = self.queue_order()
-        call = Fetch(
+        return Fetch(
             inprogress_key=self.ctx.inprogress_key,
             paused_key=self.ctx.keys.paused,
             most=count,
             queues=[(name, self.queue_keys[name]) for name in order],
         )
-        # No status here: a job is marked "working" as it starts (acks.py).
-        result = call.run(self.ctx.scripts.fetch)
-        if not result:
-            return []
-        if int(result[0]) > 0:
-            self.signal.notify(1)  # more are waiting: wake one more idle thread
-        pairs = result[1:]
-        return [
+
+    @staticmethod
+    def parse(reply: object) -> tuple[list[Unit], int]:
+        """The jobs a FETCH moved into our in-progress list, and how many it
+        left in the last queue it took from."""
+        if not reply or not isinstance(reply, list):
+            return [], 0
+        pairs = reply[1:]
+        units = [
             Unit(raw=bytes(pairs[i]), queue=pairs[i + 1].decode()) for i in range(0, len(pairs), 2)
         ]
+        return units, int(reply[0])
+
+    def fetch_many(self, count: int) -> list[Unit]:
+        """One round trip of the caller's own: up to ``count`` jobs moved into
+        our in-progress list (the worker's runners get theirs from ``Feed``)."""
+        # No status here: a job is marked "working" as it starts (core.py).
+        reply = self.request(count).run(self.ctx.scripts.fetch)
+        return self.parse(reply)[0]
+
+    def fetch(self) -> Unit | None:
+        """One job moved into our in-progress list, or None when there is none."""
+        units = self.fetch_many(1)
+        return units[0] if units else None
+
+
+class Feed:
+    """The I/O core's fetch duty (core.Feed) for the runners of one process.
+
+    Every method but ``hungry`` runs on the core's thread: the counts need no
+    lock. ``held`` counts the jobs handed to runners (in ``ready`` or
+    claimed) whose runner has not been counted free again.
+    """
+
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        table: RunningTable,
+        ready: queue.SimpleQueue[Unit | None],
+        runners: int,
+    ) -> None:
+        self.fetcher = fetcher
+        self.table = table
+        self.ready = ready
+        self.runners = runners
+        self.held = 0
+        self.dry = False  # the last look found every queue empty (or paused)
+        self.outage = OutageLog("fetch")
+        self._backoff_until = 0.0
+        self._hungry = False  # read by other threads: runners wait on a dry look
+
+    def _free_runners(self) -> int:
+        table = self.table
+        free = self.runners - self.held
+        if table.max_jobs:  # never fetch past max_jobs_per_child: it would be given back
+            free = min(free, table.max_jobs - table.completed - self.held)
+        return free
+
+    def due(self, now: float) -> bool:
+        return (
+            not self.dry
+            and now >= self._backoff_until
+            and self.table.fetching.is_set()
+            and self._free_runners() > 0
+        )
+
+    def wanted(self, now: float) -> Call | None:
+        if not self.due(now):
+            return None
+        call = self.fetcher.request(self._free_runners())
+        return Call(self.fetcher.ctx.scripts.fetch, call.keys(), call.argv())
+
+    def woken(self) -> None:
+        self.dry = False
+
+    def freed(self, unit: Runner) -> None:
+        if not unit.freed:
+            unit.freed = True
+            self.held -= 1
+            self._hungry = self.dry
+
+    def deliver(self, call: Call, now: float) -> None:
+        if call.error is not None:
+            # One log line per outage, not one per round trip.
+            self.outage.failed(call.error, now)
+            self._backoff_until = now + OUTAGE_BACKOFF
+            return
+        self.outage.succeeded(now)
+        units, _left = self.fetcher.parse(call.reply)
+        self.held += len(units)
+        wanted = int(call.args[0])  # Fetch's ARGV[1]: the most jobs to take
+        # Fewer than asked: every queue is empty (or paused) now. A push that
+        # fills one is heard (a wakeup), and the safety tick looks anyway.
+        self.dry = len(units) < wanted
+        self._hungry = self.dry and self._free_runners() > 0
+        for unit in units:
+            self.ready.put(unit)
+
+    def backoff_until(self) -> float:
+        return self._backoff_until
+
+    @property
+    def hungry(self) -> bool:
+        return self._hungry

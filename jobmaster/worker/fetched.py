@@ -29,7 +29,7 @@ from jobmaster.frozen import frozen
 from jobmaster.job_options import JobOptions
 from jobmaster.registry import RegisteredJob
 from jobmaster.unique import UNTIL_EXECUTED, UNTIL_STARTED
-from jobmaster.worker.fetch import Unit
+from jobmaster.worker.unit import Unit
 from jobmaster.workflows.steps import Step, step_of
 
 

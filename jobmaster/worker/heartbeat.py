@@ -19,7 +19,7 @@ Duties, each on its own period:
   of its own (``on_lease``: worker/orphan_scan.py), never in this one: a
   flood of members must not hold up our own beat. The master's scan at its
   start (``recover_left_behind``) takes no lease;
-- keep the "working" status of jobs running long alive (worker/acks.py), in
+- keep the "working" status of jobs running long alive (worker/core.py), in
   the beat's own transaction;
 - delete our ``silent`` mark at each beat: a scan that found our heartbeat
   missing (deleted by someone) waits a grace for us, and our beat tells it
@@ -117,9 +117,9 @@ class Heartbeat(threading.Thread):
             lease_ms = max(1, round(self.orphan_interval * 1000))
             pipe.set(keys.orphan_scan_lease, ctx.name, nx=True, px=lease_ms)
         own = len(pipe)
-        # Jobs running long keep their "working" status alive (acks.py); its
+        # Jobs running long keep their "working" status alive (core.py); its
         # failure (our in-progress list forged as another type) is not the beat's.
-        ctx.acks.refresh(pipe)
+        ctx.core.refresh(pipe)
         try:
             replies = pipe.execute(raise_on_error=False)
             failed = next((r for r in replies[:own] if isinstance(r, Exception)), None)

@@ -14,28 +14,28 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 import redis
 
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
-from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.poison import interrupted
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
 from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import Executor
-from jobmaster.worker.fetch import Fetcher, Unit
+from jobmaster.worker.fetch import Feed, Fetcher
 from jobmaster.worker.outcome import Outcome, record, run_hook
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.running import RunningTable
-from jobmaster.worker.wakeup import WakeupListener, WorkSignal
+from jobmaster.worker.unit import Unit
+from jobmaster.worker.wakeup import CoreWakeups, WakeupListener
 from jobmaster.worker.watchdog import Watchdog
 
 log = logging.getLogger("jobmaster.worker.manager")
@@ -45,9 +45,8 @@ log = logging.getLogger("jobmaster.worker.manager")
 Blame = Callable[[Sequence[bytes]], Triage]
 
 PUSH_BACK_ATTEMPTS_FOR = 10.0  # seconds spent retrying the push back while Redis is away
-FETCH_SETTLE = 2.0  # seconds halt waits for fetches in flight to land
-IDLE_WAIT = 60.0  # an idle thread wakes on a notification; this only bounds the wait
-QUIET_WAIT = 0.5  # seconds a quiet thread waits before it looks again
+FETCH_SETTLE = 2.0  # seconds halt waits for the I/O core's round trip in flight
+TAKE_WAIT = 1.0  # seconds an idle runner waits for a job before it looks at the stop
 
 
 class Manager:
@@ -64,15 +63,18 @@ class Manager:
         the jobs ``jobmaster.cancel`` names (None: not heard). ``max_jobs``: stop
         fetching once this many jobs are done (0: no limit)."""
         self.ctx = ctx
-        self.signal = WorkSignal()
-        self.fetcher = Fetcher(ctx, self.signal)
+        self.fetcher = Fetcher(ctx)
         self.fetching = threading.Event()
         self.fetching.set()
-        self.fetch_outage = OutageLog("fetch")  # shared by the processor threads
         self.table = RunningTable(self.fetching, ctx.stopping, slots, max_jobs)
         self.job_metrics = JobMetrics()  # counts per job, reported to a master serving metrics
-        self._fetches = 0  # fetches in flight (a fetched job is not claimed yet)
-        self._fetch_lock = threading.Condition()
+        # Jobs fetched for the runners by the I/O core (core.py), each already in
+        # our in-progress list; None wakes a runner to look at the stop.
+        self.ready: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
+        self.core = ctx.core
+        self.feed = Feed(self.fetcher, self.table, self.ready, ctx.config.concurrency)
+        self.core.attach(self.feed)
+        self.signal = CoreWakeups(self.core)
         executor = Executor.of(ctx, watchdog, cancels)
         self.processors = [
             Processor(i, self, self.table, executor, ctx.stopping)
@@ -86,43 +88,36 @@ class Manager:
 
     # -- the processors' verbs (processor.Work) ----------------------------
     def take(self) -> Unit | None:
-        """Fetch a job and claim it for the calling thread; None after waiting
-        (quiet, nothing came, or Redis away: the thread asks again)."""
-        if not self.fetching.is_set():
-            self.fetching.wait(QUIET_WAIT)
+        """A job fetched by the I/O core, claimed for the calling thread; None
+        after waiting (nothing came, or a stop woke it: the thread asks again)."""
+        try:
+            unit = self.ready.get(timeout=TAKE_WAIT)
+        except queue.Empty:
             return None
-        seen = self.signal.generation
-        failed = False
-        with self.fetch_in_flight():
-            try:
-                unit = self.fetcher.fetch()
-                self.fetch_outage.succeeded(time.monotonic())
-            except redis.RedisError as error:
-                # One log line per outage, not one per thread.
-                self.fetch_outage.failed(error, time.monotonic())
-                unit, failed = None, True
-            # Claimed atomically with the quiet/stop state (running.py):
-            # else a stop could look at the table between our check and
-            # our claim, push the job back, and we would run it anyway.
-            if unit is not None and not self.table.claim(unit):
-                self.give_back(unit)  # fetched as quiet or stop began
-                return None
-        if failed:
-            self.ctx.stopping.wait(OUTAGE_BACKOFF)
-        elif unit is None:
-            self.signal.wait(seen, self.fetching, IDLE_WAIT)
+        if unit is None:
+            return None
+        # Claimed atomically with the quiet/stop state (running.py): else a
+        # stop could look at the table between our check and our claim, push
+        # the job back, and we would run it anyway.
+        if not self.table.claim(unit):
+            self.give_back(unit)  # fetched as quiet or stop began
+            self.core.free(unit)
+            return None
         return unit
 
     def record(self, unit: Unit, outcome: Outcome) -> None:
         """Record a job's outcome, only if it is still ours (else it was pushed
         back, or the watchdog recorded it); count it and run its hook."""
-        if self.table.may_record(unit) and record(self.ctx, unit.raw, outcome, unit.queue):
+        if self.table.may_record(unit) and record(
+            self.ctx, unit.raw, outcome, unit.queue, frees=unit
+        ):
             self.job_metrics.observe_outcome(outcome, unit.queue)
             run_hook(outcome)
 
     def finished(self, unit: Unit) -> None:
         if self.table.finished(unit) and self.table.spent and self.fetching.is_set():
             self.quiet()
+        self.core.free(unit)  # its runner is free (if its FINISH did not say so)
 
     def bury(self, unit: Unit, reason: str) -> None:
         self.ctx.recovery.bury(self.ctx.inprogress_key, unit.raw, reason, unit.queue)
@@ -139,19 +134,6 @@ class Manager:
     @property
     def completed(self) -> int:
         return self.table.completed
-
-    @contextmanager
-    def fetch_in_flight(self) -> Iterator[None]:
-        """Around a fetch and its claim or give-back: halt waits for it, so that a
-        job fetched as stop began is back on its queue before the process exits."""
-        with self._fetch_lock:
-            self._fetches += 1
-        try:
-            yield
-        finally:
-            with self._fetch_lock:
-                self._fetches -= 1
-                self._fetch_lock.notify_all()
 
     @property
     def busy(self) -> int:
@@ -176,6 +158,7 @@ class Manager:
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
+        self.core.start()
         self.listener.start()
         for processor in self.processors:
             processor.start()
@@ -226,10 +209,13 @@ class Manager:
                 len(running),
                 ", ".join(sorted(self._jid(unit.raw) for unit in running)),
             )
-        with self._fetch_lock:  # bounded: a fetch is one round trip
-            deadline = time.monotonic() + FETCH_SETTLE
-            while self._fetches and time.monotonic() < deadline:
-                self._fetch_lock.wait(0.05)
+        # The round trip in flight may be fetching: its jobs land in our
+        # in-progress list (pushed back below) and in ``ready`` (a runner that
+        # takes one gives it back: nothing can be claimed any more). Bounded: a
+        # round trip; after it the core fetches no more.
+        self.core.barrier(FETCH_SETTLE)
+        for _ in self.processors:
+            self.ready.put(None)  # idle runners look at the stop now
         queues = {unit.raw: unit.queue for unit in running}
         deadline = time.monotonic() + PUSH_BACK_ATTEMPTS_FOR
         while True:

@@ -33,6 +33,7 @@ from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
 from jobmaster.worker import returns
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
+from jobmaster.worker.core import Runner
 from jobmaster.workflows.steps import Step, step_of, workflow_step
 
 if TYPE_CHECKING:
@@ -436,10 +437,19 @@ def run_hook(outcome: Outcome) -> None:
         )
 
 
-def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") -> bool:
+def record(
+    ctx: WorkerContext,
+    raw: bytes,
+    outcome: Outcome,
+    queue: str = "",
+    *,
+    frees: Runner | None = None,
+) -> bool:
     """Store the outcome and acknowledge the job; True once Redis has it, False
     if Redis stayed away, if the job was no longer ours to record, or if the
-    outcome can land nowhere (``_refused``).
+    outcome can land nowhere (``_refused``). ``frees``: the runner's job
+    (fetch.Unit) when its own runner records it: that runner is free for the
+    job fetched in the same round trip.
 
     The stored payload is encoded once, before the first attempt, so a retry
     after a lost reply writes the same member and cannot duplicate it.
@@ -535,12 +545,14 @@ def record(ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = "") ->
     call: ScriptCall = finish if step is None else FinishStep(finish, step)
     while True:
         try:
-            # Combined with the FINISH of threads ending jobs now (acks.py).
-            listed = ctx.acks.call(
+            # In the I/O core's next round trip, with the FINISH of other
+            # jobs ending now and the fetch of this runner's next job (core.py).
+            listed = ctx.core.call(
                 script,
                 call.keys(),
                 call.argv(),
                 settles=finish.status_key,  # a "working" mark is moot now
+                frees=frees,
             )
         except redis.RedisError as error:
             if isinstance(error, redis.ConnectionError | redis.TimeoutError):

@@ -136,7 +136,7 @@ class WorkerProcess:
         self.manager.wait_idle(time.monotonic() + timeout, interrupted)
         report = self.manager.halt(blame)
         self.background_stop.set()
-        self.ctx.acks.close()  # its flusher thread: no job runs any more
+        self.ctx.core.close()  # its I/O core: no job runs any more
         try:
             self.heartbeat.clear()
         except redis.RedisError as error:

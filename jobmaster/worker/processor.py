@@ -21,9 +21,9 @@ from typing import Protocol
 import redis
 
 from jobmaster.worker.executor import Executor
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.outcome import Outcome
 from jobmaster.worker.running import RunningTable
+from jobmaster.worker.unit import Unit
 
 log = logging.getLogger("jobmaster.worker.processor")
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 from jobmaster.poison import SUSPECT
 from jobmaster.slots import StartedSlots, digest
-from jobmaster.worker.fetch import Unit
+from jobmaster.worker.unit import Unit
 
 SUSPECT_MARK = f'"{SUSPECT}":true'.encode()  # as recovery writes it (payload.encode)
 

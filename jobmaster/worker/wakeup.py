@@ -1,9 +1,8 @@
-"""Waking idle processor threads when work arrives (see fetch.py for the design).
+"""Waking an idle process when work arrives (see fetch.py for the design).
 
-``WorkSignal`` is the in-process half: idle threads sleep on it without
-touching Redis. ``WakeupListener`` is the Redis half: one thread per process
-subscribed to the wakeup channels of its queues, turning each "N jobs
-arrived" message into N wake-ups, plus a slow safety tick.
+``WakeupListener`` is one thread per process subscribed to the wakeup
+channels of its queues, turning each "N jobs arrived" message into a look
+by the process's I/O core (``CoreWakeups``), plus a slow safety tick.
 """
 
 from __future__ import annotations
@@ -12,82 +11,54 @@ import contextlib
 import logging
 import threading
 import time
+from typing import Protocol
 
 import redis
 
 from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.core import IOCore
 
 log = logging.getLogger("jobmaster.worker.wakeup")
 
 SAFETY_TICK = 1.0  # seconds: the longest an idle process goes without looking itself
 
 
-class WorkSignal:
-    """Idle threads wait here; each ``notify(n)`` lets up to n of them fetch.
+class Wakeups(Protocol):
+    """What the listener wakes: the I/O core of its process (``CoreWakeups``)."""
 
-    ``generation`` closes the race between a fetch that found nothing and
-    the wait that follows it: a thread passes the generation it saw before
-    fetching, and if a wake-up came in between it does not sleep at all.
-    Permits (capped at the number of sleepers) make sure that one message
-    wakes one thread, not the whole pool.
-    """
+    def notify(self, count: int = 1) -> None: ...
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._permits = 0
-        self._waiters = 0
-
-    @property
-    def generation(self) -> int:
-        return self._generation
+    def notify_all(self) -> None: ...
 
     @property
     def waiters(self) -> int:
-        return self._waiters
+        """Whether anyone waits for a look (the safety tick wakes only then)."""
+
+
+class CoreWakeups:
+    """The I/O core (core.py) as the listener and the manager see it: each
+    message, resume or tick makes it look for jobs; it fetches as many as its
+    runners are free for, so the count a message carries needs no counting."""
+
+    def __init__(self, core: IOCore) -> None:
+        self.core = core
 
     def notify(self, count: int = 1) -> None:
-        with self._cond:
-            self._generation += 1
-            self._permits = min(self._permits + count, self._waiters)
-            self._cond.notify(count)
+        self.core.wake()
 
     def notify_all(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._permits = self._waiters
-            self._cond.notify_all()
+        self.core.wake()
 
-    def wait(self, seen_generation: int, keep_waiting: threading.Event, timeout: float) -> bool:
-        """Sleep until notified (True) or ``timeout``/``keep_waiting`` cleared (False).
-
-        Waits in short slices so that a thread notices quiet and stop promptly
-        even if nobody notifies it.
-        """
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            if self._generation != seen_generation:
-                return True
-            self._waiters += 1
-            try:
-                while self._permits == 0 and keep_waiting.is_set():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self._cond.wait(min(left, 0.5))
-                if self._permits > 0:
-                    self._permits -= 1
-                    return True
-                return False
-            finally:
-                self._waiters -= 1
+    @property
+    def waiters(self) -> int:
+        return int(self.core.hungry)
 
 
 class WakeupListener(threading.Thread):
     """Subscribes to the wakeup channels of this process's queues."""
 
-    def __init__(self, ctx: WorkerContext, signal: WorkSignal, queues: list[str]) -> None:
+    def __init__(self, ctx: WorkerContext, signal: Wakeups, queues: list[str]) -> None:
         super().__init__(name="jobmaster-wakeup", daemon=True)
         self.ctx = ctx
         self.signal = signal

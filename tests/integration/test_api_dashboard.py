@@ -77,7 +77,7 @@ def test_running_jobs_with_runtime_from_their_status(conn: redis.Redis) -> None:
     assert running.runtime == pytest.approx(30, abs=2)
     untracked = Client(connection=conn, status_ttl=0)
     assert ProcessSet(untracked).running()[0].runtime is None
-    # A mark renewed past status_ttl (worker/acks.py: status_ttl + a heartbeat
+    # A mark renewed past status_ttl (worker/core.py: status_ttl + a heartbeat
     # TTL) tells no start: no runtime rather than a wrong one.
     conn.set(K.status(str(payload["jid"])), "working", px=1_060_000)
     assert ProcessSet(client).running()[0].runtime is None

@@ -24,7 +24,6 @@ from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.outcome import record
 from jobmaster.worker.process import WorkerProcess
-from jobmaster.worker.wakeup import WorkSignal
 from tests import jobs
 from tests.helpers import wait_until
 
@@ -129,7 +128,7 @@ def test_a_job_cancelled_between_fetch_and_start_never_runs(
         batch = jobmaster.batch(client=client)
         with batch.jobs():
             jid = jobs.record.enqueue("fetched-then-cancelled")
-        unit = Fetcher(ctx, WorkSignal()).fetch()
+        unit = Fetcher(ctx).fetch()
         assert unit is not None and client.status(jid) == "queued"
 
         result = Canceller(client).cancel(str(jid))

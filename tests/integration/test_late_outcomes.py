@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -106,14 +107,15 @@ def test_a_stop_that_begins_as_a_job_is_claimed_waits_for_it(
     worker = WorkerProcess(make_config(concurrency=1))
     trap = StopWhenChecked(worker)
     worker.manager.fetching = worker.manager.table.fetching = trap
-    fetch = worker.manager.fetcher.fetch
+    feed = worker.manager.feed
+    deliver = feed.deliver
 
-    def fetch_then_arm() -> object:
-        unit = fetch()
-        trap.armed = unit is not None
-        return unit
+    def deliver_then_arm(call: Any, now: float) -> None:
+        held = feed.held
+        deliver(call, now)
+        trap.armed = trap.armed or feed.held > held  # a job is on its way to the runner
 
-    worker.manager.fetcher.fetch = fetch_then_arm  # type: ignore[method-assign]
+    feed.deliver = deliver_then_arm  # type: ignore[method-assign]
     worker.start()
     jid = client.push({"job": "tests.record", "args": ["raced", 0.5]})
     wait_until(lambda: trap.stopper is not None, timeout=10, message="stop began")

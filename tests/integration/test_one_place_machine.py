@@ -110,7 +110,6 @@ from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.heartbeat import Heartbeat
 from jobmaster.worker.outcome import Outcome, decide_failure, record, succeeded
-from jobmaster.worker.wakeup import WorkSignal
 
 K = Keys()
 QUEUES = ("default", "other")
@@ -134,7 +133,7 @@ REACHED: Counter[str] = Counter()
 STATUS = {
     "queue": b"queued",
     # A fetch writes no status: "working" is marked once the job has run for a
-    # moment (worker/acks.py), which this machine never lets a job do; every
+    # moment (worker/core.py), which this machine never lets a job do; every
     # way into a queue said "queued".
     "in progress": b"queued",
     "scheduled": b"scheduled",
@@ -170,7 +169,7 @@ class Worker:
         self.ctx = WorkerContext(
             config=config, identity=identity, redis=store, keys=K, scripts=Scripts(store)
         )
-        self.fetcher = Fetcher(self.ctx, WorkSignal())
+        self.fetcher = Fetcher(self.ctx)
         self.heartbeat = Heartbeat(
             self.ctx, info=dict, on_command=lambda _: None, stop=threading.Event()
         )

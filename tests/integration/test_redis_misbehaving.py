@@ -359,7 +359,7 @@ def test_a_finish_that_redis_runs_after_the_worker_gave_up_is_recorded_once(
         assert record(worker.ctx, unit.raw, outcome)
         end_debug_sleep(store, sleeping)
     finally:
-        worker.ctx.acks.close()  # its status-marks flusher: never started, never stopped
+        worker.ctx.core.close()  # its status-marks flusher: never started, never stopped
     assert jobs.COUNTS[7] == 1
     assert store.llen(worker.ctx.inprogress_key) == 0
     assert processed(store) == 1, "the job was counted twice"

@@ -39,7 +39,6 @@ from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import execute
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.outcome import record
-from jobmaster.worker.wakeup import WorkSignal
 from tests import jobs
 from tests.helpers import wait_until
 from tests.integration.test_bury import unique_hooked
@@ -157,7 +156,7 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
         jobs.member.enqueue(2, fail=True)  # dead (retry 0): fires on_death
         later = jobs.member.enqueue_in(3600, 3)  # scheduled
     jobmaster.chain(jobs.step.s("a"), jobs.step.s("b"), on_failure=jobs.callback.s("chain"))
-    fetcher = Fetcher(ctx, WorkSignal())
+    fetcher = Fetcher(ctx)
     while (unit := fetcher.fetch()) is not None:  # FETCH
         outcome = execute(unit, ctx)  # UNLOCK of an until_started job, as it starts
         record(ctx, unit.raw, outcome)  # FINISH, FINISH_STEP; MARK rides with them
@@ -223,7 +222,7 @@ def test_every_key_a_script_touches_was_declared_in_keys(
     try:
         run_everything(ctx, client, store)
     finally:
-        ctx.acks.close()  # its status-marks flusher
+        ctx.core.close()  # its status-marks flusher
         ctx.redis.close()
     undeclared, ran = watched.undeclared()
     names = {script.sha.encode(): name for name, script in vars(client.scripts).items()}

@@ -18,7 +18,7 @@ from jobmaster.client import Client
 from jobmaster.config import Config
 from jobmaster.keys import Keys
 from jobmaster.scripts import Scripts
-from jobmaster.worker.acks import MARK_DELAY, Acks, Marking
+from jobmaster.worker.core import MARK_DELAY, IOCore, Marking
 from jobmaster.worker.process import WorkerProcess
 from tests.helpers import holds_for, wait_until
 
@@ -39,21 +39,21 @@ class Counted:
         return self.script(*args, **kwargs)
 
 
-OPENED: list[Acks] = []
+OPENED: list[IOCore] = []
 
 
 @pytest.fixture(autouse=True)
 def closed_after() -> Iterator[None]:
-    """Each Acks's flusher thread ends with its test (the suite fails on a leak)."""
+    """Each IOCore's flusher thread ends with its test (the suite fails on a leak)."""
     yield
     while OPENED:
         OPENED.pop().close()
 
 
-def acks_on(store: redis.Redis) -> tuple[Acks, Counted, Scripts]:
+def acks_on(store: redis.Redis) -> tuple[IOCore, Counted, Scripts]:
     scripts = Scripts(store)
     mark = Counted(scripts.mark)
-    acks = Acks(store, Marking(mark, INPROG, 600, 60))  # type: ignore[arg-type]
+    acks = IOCore(store, Marking(mark, INPROG, 600, 60))  # type: ignore[arg-type]
     OPENED.append(acks)
     return acks, mark, scripts
 
@@ -75,7 +75,7 @@ def test_a_short_jobs_mark_is_dropped_by_its_finish(
     # A job shorter than the delay: 50 ms is less than a loaded CI machine may
     # pause this thread between the two calls (it failed so, at nice 19).
     delay = 0.5
-    monkeypatch.setattr("jobmaster.worker.acks.MARK_DELAY", delay)
+    monkeypatch.setattr("jobmaster.worker.core.MARK_DELAY", delay)
     acks, mark, _ = acks_on(store)
     finish = Counted(store.register_script("return redis.call('SET', KEYS[1], ARGV[1])"))
     store.lpush(INPROG, b"short")
@@ -99,15 +99,15 @@ def test_no_op_jobs_cost_no_mark_and_a_slow_one_shows_working(
     monkeypatch: Any,
 ) -> None:
     calls: list[int] = []
-    original = Acks._due_marks
+    original = IOCore._due_marks
 
-    def counted(self: Acks) -> Any:
-        found = original(self)
+    def counted(self: IOCore, now: float) -> Any:
+        found = original(self, now)
         if found is not None:
             calls.append(len(found.keys) - 1)
         return found
 
-    monkeypatch.setattr(Acks, "_due_marks", counted)
+    monkeypatch.setattr(IOCore, "_due_marks", counted)
     worker = WorkerProcess(make_config(concurrency=4))
     worker.start()
     try:
@@ -131,7 +131,7 @@ def test_a_long_runs_mark_is_renewed_on_the_heartbeats_pipeline_until_it_ends(
     """status_ttl 1, heartbeat TTL 2: the mark lasts status_ttl + 2 s, and only
     a renewal keeps it past that (the heartbeat sends ``refresh``'s MARK)."""
     scripts = Scripts(store)
-    acks = Acks(store, Marking(scripts.mark, INPROG, 1, 2))
+    acks = IOCore(store, Marking(scripts.mark, INPROG, 1, 2))
     OPENED.append(acks)
     store.lpush(INPROG, b"long")
     acks.mark(K.status("long"), b"long")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -369,15 +370,15 @@ def test_a_job_fetched_as_quiet_begins_is_given_back_not_started(
 ) -> None:
     # Patched before start: a thread already inside the real fetch would race it.
     worker = WorkerProcess(make_config(concurrency=1))
-    fetch = worker.manager.fetcher.fetch
+    feed = worker.manager.feed
+    deliver = feed.deliver
 
-    def fetch_then_quiet() -> object:
-        unit = fetch()
-        if unit is not None:
+    def deliver_after_quiet(call: Any, now: float) -> None:
+        if call.reply:
             worker.manager.quiet()  # quiet arrives while the fetch was in flight
-        return unit
+        deliver(call, now)
 
-    worker.manager.fetcher.fetch = fetch_then_quiet  # type: ignore[method-assign]
+    feed.deliver = deliver_after_quiet  # type: ignore[method-assign]
     worker.start()
     try:
         jid = client.push({"job": "tests.record", "args": ["given-back"]})

@@ -10,9 +10,9 @@ import jobmaster
 from jobmaster import payload as wire
 from jobmaster.errors import JobCancelled
 from jobmaster.metrics.jobs import JobMetrics
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import Kind, NotStarted, Ran, conclude
+from jobmaster.worker.unit import Unit
 from jobmaster.workflows.steps import BATCH_EVENTS, follow_up
 
 HOOKED: list[str] = []

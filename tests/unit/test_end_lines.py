@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from jobmaster.worker import executor
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import Ran, conclude
+from jobmaster.worker.unit import Unit
 
 RAW = b'{"jid": "j", "job": "tests.nothing", "args": [], "queue": "default"}'
 

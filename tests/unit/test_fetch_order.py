@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 from jobmaster.keys import Keys
 from jobmaster.worker.fetch import Fetcher
-from jobmaster.worker.wakeup import WorkSignal
 
 DRAWS = 20_000
 
@@ -18,7 +17,7 @@ def fetcher(weights: list[tuple[str, int]], *, strict: bool) -> Fetcher:
         config=SimpleNamespace(queue_weights=weights, strict=strict),
         keys=Keys(),
     )
-    return Fetcher(ctx, WorkSignal())  # type: ignore[arg-type]
+    return Fetcher(ctx)  # type: ignore[arg-type]
 
 
 def test_strict_returns_listed_order() -> None:

@@ -15,11 +15,11 @@ from jobmaster import payload as wire
 from jobmaster.keys import Keys
 from jobmaster.worker import fetched as fetched_module
 from jobmaster.worker import outcome as outcome_module
-from jobmaster.worker.acks import Acks
+from jobmaster.worker.core import IOCore
 from jobmaster.worker.executor import Executor
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import HeldBack, Kind, Ran, Refused, Skipped, conclude
+from jobmaster.worker.unit import Unit
 from jobmaster.workflows.steps import Step
 
 CALLS: list[str] = []
@@ -119,7 +119,7 @@ def test_the_way_reads_the_payload_and_its_step_once(monkeypatch: pytest.MonkeyP
         fetched_module, "step_of", lambda payload: stepped.append(1) or step_of(payload)
     )
     monkeypatch.setattr(outcome_module, "step_of", lambda payload: pytest.fail("step_of again"))
-    executor = Executor(None, Keys(), None, "w", Acks(None))  # type: ignore[arg-type]
+    executor = Executor(None, Keys(), None, "w", IOCore(None))  # type: ignore[arg-type]
     CALLS.clear()
     HOOKED.clear()
     outcome = executor.run(unit(chain={"id": "c"}))

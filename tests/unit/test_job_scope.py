@@ -14,8 +14,8 @@ from jobmaster.errors import JobCancelled
 from jobmaster.keys import Keys
 from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.executor import Scope
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
+from jobmaster.worker.unit import Unit
 from jobmaster.worker.watchdog import Watchdog
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.outcome import Kind, Outcome
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.running import RunningTable
+from jobmaster.worker.unit import Unit
 
 UNIT = Unit(raw=b'{"jid": "j"}', queue="default")
 

@@ -14,11 +14,11 @@ import jobmaster
 from jobmaster import payload as wire
 from jobmaster.keys import Keys
 from jobmaster.worker import returns
-from jobmaster.worker.acks import Acks
+from jobmaster.worker.core import IOCore
 from jobmaster.worker.executor import Executor
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import Kind, Ran, conclude
+from jobmaster.worker.unit import Unit
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_a_failure_keeps_its_end_the_jobs_result_ttl_without_a_result() -> None:
 
 
 def test_the_executor_passes_the_return_value_to_the_outcome() -> None:
-    executor = Executor(None, Keys(), None, "w", Acks(None))  # type: ignore[arg-type]
+    executor = Executor(None, Keys(), None, "w", IOCore(None))  # type: ignore[arg-type]
     raw = wire.encode(
         {"jid": "0" * 24, "job": "tests.unit.returns.job", "args": [[1, "a"]], "queue": "q"}
     )

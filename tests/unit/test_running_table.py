@@ -6,8 +6,8 @@ import threading
 import time
 
 from jobmaster.slots import StartedSlots, digest
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.running import RunningTable, is_suspect
+from jobmaster.worker.unit import Unit
 from tests.helpers import holds_for, wait_until
 
 PLAIN = Unit(b'{"jid":"a","job":"x"}', "default")

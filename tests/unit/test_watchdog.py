@@ -6,8 +6,8 @@ import threading
 import time
 
 from jobmaster.errors import JobTimeout
-from jobmaster.worker.fetch import Unit
 from jobmaster.worker.fetched import FetchedJob
+from jobmaster.worker.unit import Unit
 from jobmaster.worker.watchdog import Armed, Watchdog
 from tests.helpers import wait_until
 
