@@ -247,7 +247,7 @@ end
 # done and its type is returned, and the caller puts the job where it can
 # land (a retry into the dead set, with the reason; a death nowhere: it stays
 # ours, logged). The rest cannot stop it: a counter that is not a number
-# (INCR would raise, after the LREM, losing the job) starts over at 1; an
+# (INCRBY would raise, after the LREM, losing the job) starts over; an
 # attempts list or unique lock of another type is replaced or left. LREM
 # stays the first write: Redis never refuses it under OOM, and a script's
 # later writes are then never refused either (see the module docstring).
@@ -258,59 +258,102 @@ end
 FINISH_BODY = (
     EXPIRE_LEFT
     + """
-if ARGV[4] ~= '' then
-  local held = redis.call('TYPE', KEYS[6])['ok']
-  if held ~= 'zset' and held ~= 'none' then
-    if redis.call('LPOS', KEYS[1], ARGV[1]) then return held end
-    return 0
-  end
-end
-local removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
-if removed == 0 then return 0 end
-if ARGV[4] ~= '' then
-  redis.call('ZADD', KEYS[6], ARGV[6], ARGV[5])
-  if ARGV[4] == 'dead' then
-    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[8])
-    redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -tonumber(ARGV[7]) - 1)
-  end
-end
-local function count(key)
-  if type(redis.pcall('INCR', key)) == 'table' then redis.call('SET', key, 1) end
-end
-if ARGV[2] ~= '-' then
-  count(KEYS[2])
-  count(KEYS[3])
-  redis.call('EXPIRE', KEYS[3], ARGV[3])
-end
-if ARGV[2] == '1' then
-  count(KEYS[4])
-  count(KEYS[5])
-  redis.call('EXPIRE', KEYS[5], ARGV[3])
-end
-if ARGV[9] ~= '' then
-  redis.call('SET', KEYS[7], ARGV[9], 'EX', ARGV[11])
-  if ARGV[10] ~= '' then
-    if type(redis.pcall('RPUSH', KEYS[8], ARGV[10])) == 'table' then
-      redis.call('DEL', KEYS[8])
-      redis.call('RPUSH', KEYS[8], ARGV[10])
+local function finish_one(K, A, counts, ttls)
+  if A[4] ~= '' then
+    local held = redis.call('TYPE', K[6])['ok']
+    if held ~= 'zset' and held ~= 'none' then
+      if redis.call('LPOS', K[1], A[1]) then return held end
+      return 0
     end
-    redis.call('EXPIRE', KEYS[8], ARGV[11])
   end
-  if ARGV[15] ~= '' then redis.call('SET', KEYS[10], ARGV[15], 'EX', ARGV[11]) end
-  if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], ARGV[9]) end
-else
-  expire_left(KEYS[7], ARGV[11])
-end
-if ARGV[12] ~= '' and redis.pcall('GET', KEYS[9]) == ARGV[13] then
-  if ARGV[12] == 'release' then
-    redis.call('DEL', KEYS[9])
+  local removed = redis.call('LREM', K[1], 1, A[1])
+  if removed == 0 then return 0 end
+  if A[4] ~= '' then
+    redis.call('ZADD', K[6], A[6], A[5])
+    if A[4] == 'dead' then
+      redis.call('ZREMRANGEBYSCORE', K[6], '-inf', '(' .. A[8])
+      redis.call('ZREMRANGEBYRANK', K[6], 0, -tonumber(A[7]) - 1)
+    end
+  end
+  local function tally(key, ttl)
+    counts[key] = (counts[key] or 0) + 1
+    if ttl then ttls[key] = ttl end
+  end
+  if A[2] ~= '-' then
+    tally(K[2])
+    tally(K[3], A[3])
+  end
+  if A[2] == '1' then
+    tally(K[4])
+    tally(K[5], A[3])
+  end
+  if A[9] ~= '' then
+    redis.call('SET', K[7], A[9], 'EX', A[11])
+    if A[10] ~= '' then
+      if type(redis.pcall('RPUSH', K[8], A[10])) == 'table' then
+        redis.call('DEL', K[8])
+        redis.call('RPUSH', K[8], A[10])
+      end
+      redis.call('EXPIRE', K[8], A[11])
+    end
+    if A[15] ~= '' then redis.call('SET', K[10], A[15], 'EX', A[11]) end
+    if A[16] ~= '' then redis.call('PUBLISH', A[16], A[9]) end
   else
-    redis.call('EXPIRE', KEYS[9], ARGV[14])
+    expire_left(K[7], A[11])
+  end
+  if A[12] ~= '' and redis.pcall('GET', K[9]) == A[13] then
+    if A[12] == 'release' then
+      redis.call('DEL', K[9])
+    else
+      redis.call('EXPIRE', K[9], A[14])
+    end
+  end
+  return removed
+end
+-- The counters of every job recorded, one INCRBY each: a counter that is
+-- not a number starts over; a per-day one gets its TTL as it is made.
+local function count_all(counts, ttls)
+  for key, n in pairs(counts) do
+    local total = redis.pcall('INCRBY', key, n)
+    if type(total) == 'table' then
+      redis.call('SET', key, n)
+      total = n
+    end
+    if ttls[key] and total == n then redis.call('EXPIRE', key, ttls[key]) end
   end
 end
 """
 )
-FINISH = FINISH_BODY + "return removed\n"
+FINISH = (
+    FINISH_BODY
+    + """
+local counts, ttls = {}, {}
+local removed = finish_one(KEYS, ARGV, counts, ttls)
+count_all(counts, ttls)
+return removed
+"""
+)
+
+# FINISH_MANY: FINISH for several jobs in one call (the I/O core's round trip
+# of acknowledgements, worker/core.py), each exactly as FINISH records it,
+# with their counters added up and written once: one script call and one
+# INCRBY per counter a round trip, not one each per job.
+# KEYS: FINISH's 10 keys for each job in turn; ARGV: FINISH's 16 values for
+# each job in turn (the same order).
+# Returns FINISH's reply for each job, in order.
+FINISH_MANY = (
+    FINISH_BODY
+    + """
+local replies, counts, ttls = {}, {}, {}
+for j = 0, #KEYS / 10 - 1 do
+  replies[j + 1] = finish_one(
+    {unpack(KEYS, 10 * j + 1, 10 * j + 10)}, {unpack(ARGV, 16 * j + 1, 16 * j + 16)}, counts, ttls)
+end
+count_all(counts, ttls)
+return replies
+"""
+)
+FINISH_KEYS, FINISH_ARGS = 10, 16  # a job's share of FINISH_MANY's KEYS and ARGV
 
 
 @frozen  # made for every job: frozen.py says why not @dataclass(frozen=True)
@@ -375,6 +418,19 @@ class Finish(ScriptCall):
             self.result,
             self.ended_channel,
         ]
+
+
+@dataclass(frozen=True)
+class FinishMany(ScriptCall):
+    """FINISH_MANY of FINISH calls already built: each one's keys and argv."""
+
+    finishes: Sequence[tuple[Sequence[str], Sequence[Arg]]]
+
+    def keys(self) -> list[str]:
+        return [key for keys, _ in self.finishes for key in keys]
+
+    def argv(self) -> list[Arg]:
+        return [value for _, argv in self.finishes for value in argv]
 
 
 # What a batch does when its counters move: fire a callback once, and decide
@@ -625,7 +681,10 @@ FINISH_STEP = (
     + WORKFLOW_FUNCTION
     + SETTLE_WORKFLOW
     + """
-if removed == 0 then return 0 end
+local counts, ttls = {}, {}
+local removed = finish_one(KEYS, ARGV, counts, ttls)
+count_all(counts, ttls)
+if removed ~= 1 then return removed end
 local step_args = {unpack(ARGV, #ARGV - 9)}
 step_args[11], step_args[12] = ARGV[13], ARGV[11]
 settle_workflow({unpack(KEYS, #KEYS - 13)}, step_args)
@@ -1748,6 +1807,7 @@ class Scripts:
         self.fetch = client.register_script(FETCH)
         self.mark = client.register_script(MARK)
         self.finish = client.register_script(FINISH)
+        self.finish_many = client.register_script(FINISH_MANY)
         self.finish_step = client.register_script(FINISH_STEP)
         self.bury = client.register_script(BURY)
         self.bury_step = client.register_script(BURY_STEP)

@@ -65,7 +65,8 @@ class WorkerContext:
         if self.status_ttl:
             horizon = max(1, round(self.config.heartbeat_ttl))
             marking = Marking(self.scripts.mark, self.inprogress_key, self.status_ttl, horizon)
-        self.core = IOCore(self.redis, marking)
+        finishes = (self.scripts.finish, self.scripts.finish_many)
+        self.core = IOCore(self.redis, marking, finishes)
 
     @classmethod
     def create(cls, config: Config, identity: Identity | None = None) -> WorkerContext:

@@ -75,7 +75,7 @@ from typing import Any, Protocol
 import redis
 from redis.commands.core import Script
 
-from jobmaster.scripts import Mark
+from jobmaster.scripts import FinishMany, Mark
 
 log = logging.getLogger("jobmaster.worker.core")
 
@@ -151,6 +151,32 @@ class Call:
         self.box.put(self)
 
 
+class Merged(Call):
+    """FINISH calls of several jobs sent as one FINISH_MANY; each member gets
+    its own job's reply, or the call's error."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, script: Script, members: list[Call]) -> None:
+        call = FinishMany(finishes=[(member.keys, member.args) for member in members])
+        super().__init__(script, call.keys(), call.argv())
+        self.members = members
+
+    def settle(self, reply: Any) -> None:
+        super().settle(reply)
+        if isinstance(reply, Exception) or not isinstance(reply, list):
+            error = (
+                reply
+                if isinstance(reply, Exception)
+                else redis.ResponseError(f"FINISH_MANY answered {reply!r}")
+            )
+            for member in self.members:
+                member.settle(error)
+            return
+        for member, one in zip(self.members, reply, strict=True):
+            member.settle(one)
+
+
 class Barrier:
     """Answered once every item the inbox held before it has been handled."""
 
@@ -192,9 +218,17 @@ class Feed(Protocol):
 class IOCore:
     """The job lifecycle's Redis traffic of one process, on one thread."""
 
-    def __init__(self, client: redis.Redis, marking: Marking | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        marking: Marking | None = None,
+        finishes: tuple[Script, Script] | None = None,
+    ) -> None:
+        """``finishes``: FINISH and FINISH_MANY, to send the FINISH calls of a
+        round trip as one FINISH_MANY (None: each is sent as it is)."""
         self.client = client
         self.marking = marking
+        self.finishes = finishes
         self.feed: Feed | None = None
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         # status key -> (monotonic time the job started, its payload as fetched)
@@ -470,8 +504,27 @@ class IOCore:
         call = Mark(inprogress_key=marking.inprogress_key, marks=due)
         return Call(marking.script, call.keys(), call.argv())
 
+    def _merged(self, calls: list[Call]) -> list[Call]:
+        """``calls`` with their FINISHes (two or more) made one FINISH_MANY, in
+        the place of the first: jobs' outcomes are independent of each other,
+        and what goes before them (marks) and after them (the fetch) stays."""
+        if self.finishes is None:
+            return calls
+        finish, finish_many = self.finishes
+        group = [call for call in calls if call.script is finish]
+        if len(group) < 2:
+            return calls
+        merged: list[Call] = []
+        for call in calls:
+            if call is group[0]:
+                merged.append(Merged(finish_many, group))
+            elif call.script is not finish:
+                merged.append(call)
+        return merged
+
     def _send(self, calls: list[Call]) -> None:
         """One round trip for ``calls``; each is settled with its reply or error."""
+        calls = self._merged(calls)
         if len(calls) == 1:
             only = calls[0]
             try:

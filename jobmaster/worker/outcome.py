@@ -21,6 +21,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
+from redis.commands.core import Script
 
 from jobmaster import crypto, results
 from jobmaster import payload as wire
@@ -437,22 +438,14 @@ def run_hook(outcome: Outcome) -> None:
         )
 
 
-def record(
-    ctx: WorkerContext,
-    raw: bytes,
-    outcome: Outcome,
-    queue: str = "",
-    *,
-    frees: Runner | None = None,
-) -> bool:
-    """Store the outcome and acknowledge the job; True once Redis has it, False
-    if Redis stayed away, if the job was no longer ours to record, or if the
-    outcome can land nowhere (``_refused``). ``frees``: the runner's job
-    (fetch.Unit) when its own runner records it: that runner is free for the
-    job fetched in the same round trip.
+def finish_call(
+    ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = ""
+) -> tuple[Script, ScriptCall, Finish, str]:
+    """The script call that records ``outcome`` of the job ``raw`` (FINISH, or
+    FINISH_STEP for a workflow's job), its FINISH part, and the set it goes to.
 
-    The stored payload is encoded once, before the first attempt, so a retry
-    after a lost reply writes the same member and cannot duplicate it.
+    The stored payload is encoded once, here, so a call sent again after a
+    lost reply writes the same member and cannot duplicate it.
     """
     keys, now = ctx.keys, time.time()
     day = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc).date()
@@ -518,6 +511,32 @@ def record(
         # An end wakes whoever waits in jobmaster.result (results.py).
         ended_channel=keys.ended_channel(outcome.jid) if tracking and ended else "",
     )
+    script = ctx.scripts.finish
+    step: WorkflowStep | None = None
+    if outcome.workflow is not None:
+        # Built once, like the stored payload: a retried call pushes the same
+        # next step (same jid), which the script pushes only once anyway.
+        script = ctx.scripts.finish_step
+        step = workflow_step(keys, outcome.kind, outcome.workflow, bool(tracking))
+    call: ScriptCall = finish if step is None else FinishStep(finish, step)
+    return script, call, finish, target
+
+
+def record(
+    ctx: WorkerContext,
+    raw: bytes,
+    outcome: Outcome,
+    queue: str = "",
+    *,
+    frees: Runner | None = None,
+) -> bool:
+    """Store the outcome and acknowledge the job; True once Redis has it, False
+    if Redis stayed away, if the job was no longer ours to record, or if the
+    outcome can land nowhere (``_refused``). ``frees``: the runner's job
+    (fetch.Unit) when its own runner records it: that runner is free for the
+    job fetched in the same round trip.
+    """
+    script, call, finish, target = finish_call(ctx, raw, outcome, queue)
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1
     # A reply lost to a timeout or a dropped connection does not mean FINISH
@@ -534,15 +553,7 @@ def record(
     # sent twice, both in this process. A call sent again after a late one
     # ran takes the other copy's entry: both runs recorded, the other's
     # thread then records nothing.)
-    script = ctx.scripts.finish
-    step: WorkflowStep | None = None
-    if outcome.workflow is not None:
-        # Built once, like the stored payload: a retried call pushes the same
-        # next step (same jid), which the script pushes only once anyway.
-        script = ctx.scripts.finish_step
-        step = workflow_step(keys, outcome.kind, outcome.workflow, bool(tracking))
     resent = False
-    call: ScriptCall = finish if step is None else FinishStep(finish, step)
     while True:
         try:
             # In the I/O core's next round trip, with the FINISH of other

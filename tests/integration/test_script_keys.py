@@ -36,9 +36,10 @@ from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery
 from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.core import Call
 from jobmaster.worker.executor import execute
 from jobmaster.worker.fetch import Fetcher
-from jobmaster.worker.outcome import record
+from jobmaster.worker.outcome import finish_call, record
 from tests import jobs
 from tests.helpers import wait_until
 from tests.integration.test_bury import unique_hooked
@@ -162,6 +163,14 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
         record(ctx, unit.raw, outcome)  # FINISH, FINISH_STEP; MARK rides with them
     assert store.lrange("test:callbacks", 0, -1) == [f"death:{b.bid}".encode()]
     b.cancel()  # BATCH_CANCEL
+    # FINISH_MANY: the I/O core's round trip of two jobs' acknowledgements.
+    client.push_bulk({"job": "tests.record", "args": [["many-1"], ["many-2"]]})
+    calls = []
+    for unit in fetcher.fetch_many(2):
+        script, call, _, _ = finish_call(ctx, unit.raw, execute(unit, ctx))
+        calls.append(Call(script, call.keys(), call.argv()))
+    ctx.core._send(calls)
+    assert [call.reply for call in calls] == [1, 1]
 
     # The master's recovery: a requeue (TRANSFER), a poison pill (BURY), one in a
     # batch (BURY_STEP), from a batch made by id that adds to it (BATCH_ADD again).

@@ -141,6 +141,15 @@ def test_finish() -> None:
     assert len(call.argv()) == 16
 
 
+def test_finish_many_is_each_finish_in_turn() -> None:
+    first, second = named(S.Finish, jid="a"), named(S.Finish, jid="b")
+    call = S.FinishMany(finishes=[(first.keys(), first.argv()), (second.keys(), second.argv())])
+    assert call.keys() == [*first.keys(), *second.keys()]
+    assert call.argv() == [*first.argv(), *second.argv()]
+    # The stride FINISH_MANY's Lua reads each job's share with.
+    assert (len(first.keys()), len(first.argv())) == (S.FINISH_KEYS, S.FINISH_ARGS)
+
+
 def test_workflow_step_is_k_and_a() -> None:
     step = workflow_step()
     check(step, STEP_KEYS, STEP_ARGV, elsewhere=("callbacks",))
@@ -344,6 +353,7 @@ def test_every_builder_has_a_test_here() -> None:
         "Fetch",
         "Mark",
         "Finish",
+        "FinishMany",
         "FinishStep",
         "BatchAdd",
         "Transfer",
