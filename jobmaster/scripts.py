@@ -120,35 +120,47 @@ class Push(ScriptCall):
 # FETCH: reliable fetch. Moves the oldest payloads of the first non-paused,
 # non-empty queues into this worker's in-progress list, in one step, so a
 # job is never only in the worker's memory. Takes up to ARGV[1] jobs (the
-# threads of the process waiting to fetch at that moment: one round trip
-# serves them all), from the first queue in the given order and, if it runs
-# dry, from the next ones.
+# runners of the process free at that moment: one round trip serves them
+# all), from the first queue in the given order and, if it runs dry, from the
+# next ones: an LMOVE, then one RPOP and one LPUSH for the rest, whatever the
+# count. The LMOVE comes first because Redis refuses it when full (OOM) and
+# then lets the script's later writes through: a full Redis takes no work
+# out of its queues (RPOP, which frees memory, would have passed, and the
+# job's outcome would then have grown Redis past its limit).
 # It does not mark the jobs "working": a job's status key is named after its
 # jid, unknown until the payload is read, and every key a script touches must
 # be in KEYS. A job is marked when it starts, by MARK, in a round trip the
 # process makes anyway (see worker/core.py).
 # KEYS[1] in-progress list, KEYS[2] paused set, KEYS[3..] queue lists
 # ARGV[1] the most jobs to take, ARGV[2..] queue names, in the order of KEYS[3..]
-# Returns {jobs left in the last queue taken from, payload, its queue name,
-# payload, its queue name, ...}, or nil when every queue is empty or paused.
+# Returns {payload, its queue name, payload, its queue name, ...}, oldest
+# first (fewer than ARGV[1] jobs: every queue is empty or paused now), or nil
+# when there was none.
 FETCH = """
 local want = tonumber(ARGV[1])
-local taken, left = {0}, 0
+local taken, got = {}, 0
 for i = 3, #KEYS do
+  if got >= want then break end
   local name = ARGV[i - 1]
-  if #taken > 2 * want then break end
   if redis.call('SISMEMBER', KEYS[2], name) == 0 then
-    while #taken <= 2 * want do
-      local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
-      if not payload then break end
-      taken[#taken + 1] = payload
+    local first = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
+    if first then
+      taken[#taken + 1] = first
       taken[#taken + 1] = name
-      left = i
+      got = got + 1
+      local rest = want > got and redis.call('RPOP', KEYS[i], want - got)
+      if rest then
+        redis.call('LPUSH', KEYS[1], unpack(rest))
+        for _, payload in ipairs(rest) do
+          taken[#taken + 1] = payload
+          taken[#taken + 1] = name
+        end
+        got = got + #rest
+      end
     end
   end
 end
-if #taken == 1 then return nil end
-taken[1] = redis.call('LLEN', KEYS[left])
+if got == 0 then return nil end
 return taken
 """
 

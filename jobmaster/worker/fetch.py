@@ -91,23 +91,20 @@ class Fetcher:
         )
 
     @staticmethod
-    def parse(reply: object) -> tuple[list[Unit], int]:
-        """The jobs a FETCH moved into our in-progress list, and how many it
-        left in the last queue it took from."""
+    def parse(reply: object) -> list[Unit]:
+        """The jobs a FETCH moved into our in-progress list, oldest first."""
         if not reply or not isinstance(reply, list):
-            return [], 0
-        pairs = reply[1:]
-        units = [
-            Unit(raw=bytes(pairs[i]), queue=pairs[i + 1].decode()) for i in range(0, len(pairs), 2)
+            return []
+        return [
+            Unit(raw=bytes(reply[i]), queue=reply[i + 1].decode()) for i in range(0, len(reply), 2)
         ]
-        return units, int(reply[0])
 
     def fetch_many(self, count: int) -> list[Unit]:
         """One round trip of the caller's own: up to ``count`` jobs moved into
         our in-progress list (the worker's runners get theirs from ``Feed``)."""
         # No status here: a job is marked "working" as it starts (core.py).
         reply = self.request(count).run(self.ctx.scripts.fetch)
-        return self.parse(reply)[0]
+        return self.parse(reply)
 
     def fetch(self) -> Unit | None:
         """One job moved into our in-progress list, or None when there is none."""
@@ -177,7 +174,7 @@ class Feed:
             self._backoff_until = now + OUTAGE_BACKOFF
             return
         self.outage.succeeded(now)
-        units, _left = self.fetcher.parse(call.reply)
+        units = self.fetcher.parse(call.reply)
         self.held += len(units)
         wanted = int(call.args[0])  # Fetch's ARGV[1]: the most jobs to take
         # Fewer than asked: every queue is empty (or paused) now. A push that

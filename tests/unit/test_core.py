@@ -175,7 +175,7 @@ class FetchScript:
         for _ in range(taken):
             self.made += 1
             pairs += [f"job-{self.made}".encode(), b"default"]
-        return [self.stock, *pairs]
+        return pairs
 
     def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
         return self.reply(int(args[0]))
