@@ -76,6 +76,7 @@ import redis
 from redis.commands.core import Script
 
 from jobmaster.scripts import FinishMany, Mark
+from jobmaster.worker.wire import Wire
 
 log = logging.getLogger("jobmaster.worker.core")
 
@@ -229,6 +230,9 @@ class IOCore:
         self.client = client
         self.marking = marking
         self.finishes = finishes
+        # The core thread's own connection; a call sent by its caller (no core
+        # running) goes through the client's pool instead.
+        self.wire: Wire | None = Wire(client) if hasattr(client, "connection_pool") else None
         self.feed: Feed | None = None
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         # status key -> (monotonic time the job started, its payload as fetched)
@@ -275,7 +279,7 @@ class IOCore:
         if self._thread is None or self._closed.is_set():
             # No core running (a context used outside a worker process: tests,
             # tools) or no longer: the caller sends its call itself.
-            self._send([call])
+            self._send_pooled([call])
         else:
             self._inbox.put(call)
             self._await(call)
@@ -297,7 +301,7 @@ class IOCore:
             try:
                 call.box.get_nowait()
             except queue.Empty:
-                self._send([call])
+                self._send_pooled([call])
             return
 
     def wake(self) -> None:
@@ -365,7 +369,9 @@ class IOCore:
         self._closed.set()
         self._inbox.put(_WAKE)
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if thread is None and self.wire is not None:
+            self.wire.drop()  # used by a caller on this thread (tests), never by a core
+        elif thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
     # -- the core's thread -----------------------------------------------------
@@ -415,6 +421,8 @@ class IOCore:
             self._send(late_calls)
         for barrier in late_barriers:
             barrier.done.set()
+        if self.wire is not None:
+            self.wire.drop()
         return False
 
     def _sort(self, items: list[object]) -> tuple[list[Call], list[Barrier]]:
@@ -523,7 +531,23 @@ class IOCore:
         return merged
 
     def _send(self, calls: list[Call]) -> None:
-        """One round trip for ``calls``; each is settled with its reply or error."""
+        """On the core's thread: one round trip for ``calls`` on its own
+        connection (wire.py); each is settled with its reply or error."""
+        calls = self._merged(calls)
+        if self.wire is None:
+            self._send_pooled(calls)
+            return
+        replies = self.wire.round_trip([(call.script.sha, call.keys, call.args) for call in calls])
+        for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                # A Redis restarted (or replaced) since the script was loaded:
+                # the call did not run; Script loads it and calls again.
+                self._send_pooled([call])
+            else:
+                call.settle(reply)
+
+    def _send_pooled(self, calls: list[Call]) -> None:
+        """One round trip for ``calls`` through the client's pool (any thread)."""
         calls = self._merged(calls)
         if len(calls) == 1:
             only = calls[0]
@@ -543,8 +567,6 @@ class IOCore:
             return
         for call, reply in zip(calls, replies, strict=True):
             if isinstance(reply, redis.exceptions.NoScriptError):
-                # A Redis restarted (or replaced) since the script was loaded:
-                # the call did not run; Script loads it and calls again.
-                self._send([call])
+                self._send_pooled([call])
             else:
                 call.settle(reply)
