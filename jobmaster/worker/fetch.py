@@ -138,11 +138,10 @@ class Feed:
         self._hungry = False  # read by other threads: runners wait on a dry look
 
     def _free_runners(self) -> int:
-        table = self.table
-        free = self.runners - self.held
-        if table.max_jobs:  # never fetch past max_jobs_per_child: it would be given back
-            free = min(free, table.max_jobs - table.completed - self.held)
-        return free
+        # Not bounded by what max_jobs_per_child has left: its runners run side
+        # by side up to the end, as they always have (the job whose end makes
+        # the process spent quiets it; one fetched with that end is given back).
+        return self.runners - self.held
 
     def due(self, now: float) -> bool:
         return (

@@ -208,7 +208,7 @@ class FetchingClient(FakeClient):
         return FetchingPipe(self)
 
 
-def fed_core(stock: int, runners: int, max_jobs: int = 0) -> tuple[IOCore, Feed, FetchingClient]:
+def fed_core(stock: int, runners: int) -> tuple[IOCore, Feed, FetchingClient]:
     fetch = FetchScript(stock)
     client = FetchingClient(fetch)
     ctx = SimpleNamespace(
@@ -219,7 +219,7 @@ def fed_core(stock: int, runners: int, max_jobs: int = 0) -> tuple[IOCore, Feed,
     )
     fetching, stopping = threading.Event(), threading.Event()
     fetching.set()
-    table = RunningTable(fetching, stopping, max_jobs=max_jobs)
+    table = RunningTable(fetching, stopping)
     ready: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
     feed = Feed(Fetcher(ctx), table, ready, runners)  # type: ignore[arg-type]
     core = IOCore(client)  # type: ignore[arg-type]
@@ -273,12 +273,12 @@ def test_an_empty_look_is_not_repeated_until_a_push_is_heard() -> None:
     assert unit.raw == b"job-1" and client.fetch.asked == [2, 2]
 
 
-def test_no_fetch_while_quiet_and_none_past_max_jobs() -> None:
-    core, feed, client = fed_core(stock=10, runners=4, max_jobs=2)
+def test_no_fetch_while_quiet() -> None:
+    core, feed, client = fed_core(stock=10, runners=2)
     core.start()
     first, second = taken(feed, 2)
     assert core.barrier(5)
-    assert client.fetch.asked == [2]  # four runners, but only two jobs to go
+    assert client.fetch.asked == [2]
     feed.table.fetching.clear()  # quiet
     core.free(first)
     core.free(second)
