@@ -211,6 +211,10 @@ class Feed(Protocol):
     def backoff_until(self) -> float:
         """The monotonic time before which no fetch is made (0: none)."""
 
+    def after_round(self) -> None:
+        """Between round trips: what the fetch side does while no fetch is in
+        flight (a quiet process gives back what no runner holds)."""
+
     @property
     def hungry(self) -> bool:
         """Runners are free and the last look found the queues empty."""
@@ -408,6 +412,8 @@ class IOCore:
             self._send(batch)
         if fetch is not None and feed is not None:
             feed.deliver(fetch, time.monotonic())
+        if feed is not None:
+            feed.after_round()
         if marks is not None and marks.error is not None:
             log.debug("could not mark jobs working: %s", marks.error)
         for barrier in barriers:

@@ -44,21 +44,30 @@ the socket timeout costs at most one job sitting in our in-progress list
 unrun: a Redis blocked past the timeout (a slow command, ``DEBUG SLEEP``)
 still runs the FETCH when it wakes. Nothing is lost or run twice: the entry
 is ours, no thread claims it, and the self-check (selfcheck.py) requeues it
-once it has been unclaimed twice in a row. A FETCH held by ``CLIENT PAUSE``
-is dropped with the connection we close on the timeout, so it never runs.
+once it has been unclaimed twice in a row; a quiet process gives it back as
+soon as no runner holds a job (``Feed.after_round``), so a quiet pool
+drains. A FETCH held by ``CLIENT PAUSE`` is dropped with the connection we
+close on the timeout, so it never runs.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import random
+from collections import Counter
 
+import redis
+
+from jobmaster.connection import byte_list
 from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
 from jobmaster.scripts import Fetch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.core import Call, Runner
 from jobmaster.worker.running import RunningTable
 from jobmaster.worker.unit import Unit
+
+log = logging.getLogger("jobmaster.worker.fetch")
 
 
 class Fetcher:
@@ -136,6 +145,7 @@ class Feed:
         self.outage = OutageLog("fetch")
         self._backoff_until = 0.0
         self._hungry = False  # read by other threads: runners wait on a dry look
+        self._swept = False  # this quiet's sweep is done (``after_round``)
 
     def _free_runners(self) -> int:
         # Not bounded by what max_jobs_per_child has left: its runners run side
@@ -185,6 +195,39 @@ class Feed:
 
     def backoff_until(self) -> float:
         return self._backoff_until
+
+    def after_round(self) -> None:
+        """Once per quiet, when no runner holds a job: give back whatever our
+        in-progress list still holds.
+
+        Such an entry is run by no runner and never will be: a FETCH whose
+        reply was lost (Redis stalled past the socket timeout, and ran it once
+        awake) moved it here after we gave up on it. The self-check would
+        requeue it, but only after two of its checks (20 to 60 s): a quiet pool
+        held a job it never ran, and an operator waiting for it to drain (before
+        a deploy) waited that long. Run on the core's thread, between its round
+        trips: no fetch is in flight, and none begins until it is done.
+        """
+        table = self.table
+        if table.fetching.is_set():
+            self._swept = False  # the next quiet sweeps again
+            return
+        if self._swept or self.held or table.stopping.is_set():  # halt pushes back all
+            return
+        ctx = self.fetcher.ctx
+        try:
+            listed = Counter(byte_list(ctx.redis.lrange(ctx.inprogress_key, 0, -1)))
+            report = ctx.recovery.requeue(ctx.inprogress_key, (listed - table.claimed()).elements())
+        except redis.RedisError as error:  # tried again after the next round
+            log.debug("quiet: could not look at our in-progress list (%s)", error)
+            return
+        self._swept = True
+        if report.requeued or report.buried:
+            log.warning(
+                "quiet: gave back %d in-progress job(s) that no thread was running: %s",
+                len(report.requeued) + len(report.buried),
+                ", ".join(report.requeued + report.buried),
+            )
 
     @property
     def hungry(self) -> bool:
