@@ -3,8 +3,9 @@
 Duties: start ``concurrency`` processors and the wakeup listener; give
 them their work through a few verbs (``take`` a claimed job, ``record`` an
 outcome, ``finished``, ``bury``: processor.py); ``quiet``
-(stop fetching, let running jobs finish) and ``resume``; ``leave`` (a
-recycle: quiet for good, whatever resumes it); on stop, wait for
+(stop fetching, let running jobs finish, then give back what no thread
+runs) and ``resume``; ``leave`` (a recycle: quiet for good, whatever
+resumes it); on stop, wait for
 running jobs until the deadline, then push back what is still in our
 in-progress list *before* the process exits: a job pushed back and run again
 is better than a job lost.
@@ -73,6 +74,7 @@ class Manager:
         self.job_metrics = JobMetrics()  # counts per job, reported to a master serving metrics
         self._fetches = 0  # fetches in flight (a fetched job is not claimed yet)
         self._fetch_lock = threading.Condition()
+        self._swept = True  # nothing to sweep until a quiet begins (sweep_unclaimed)
         executor = Executor.of(ctx, watchdog, cancels)
         self.processors = [
             Processor(i, self, self.table, executor, ctx.stopping)
@@ -90,6 +92,7 @@ class Manager:
         (quiet, nothing came, or Redis away: the thread asks again)."""
         if not self.fetching.is_set():
             self.fetching.wait(QUIET_WAIT)
+            self.sweep_unclaimed()
             return None
         seen = self.signal.generation
         failed = False
@@ -174,6 +177,40 @@ class Manager:
         except redis.RedisError as error:
             log.warning("could not give back a job (%s); it stays in progress", error)
 
+    def sweep_unclaimed(self) -> None:
+        """Once per quiet, when no job is claimed and no fetch is in flight:
+        give back whatever our in-progress list still holds.
+
+        Such an entry is run by no thread and never will be: a FETCH whose
+        reply was lost to the socket timeout (Redis stalled: fetch.py) moved
+        it here after the thread gave up on it. The self-check would requeue it,
+        but only after two of its checks (20 to 60 s): a quiet pool held a job
+        it never ran, and the operator waiting for it to drain (before a
+        deploy) waited that long, or stopped it with the job in the list.
+        """
+        # Held for the read and the requeue: no fetch begins meanwhile (a
+        # resume's fetch, listed but not yet claimed, would be taken from the
+        # thread about to run it). A stop's halt waits for it: one round trip.
+        with self._fetch_lock:
+            if self._swept or self._fetches or self.fetching.is_set() or self.table.busy:
+                return
+            if self.ctx.stopping.is_set():  # halt pushes back the whole list
+                return
+            try:
+                listed = Counter(byte_list(self.ctx.redis.lrange(self.ctx.inprogress_key, 0, -1)))
+                unclaimed = listed - self.table.claimed()
+                report = self.ctx.recovery.requeue(self.ctx.inprogress_key, unclaimed.elements())
+            except redis.RedisError as error:  # tried again at the next look (QUIET_WAIT)
+                log.debug("quiet: could not look at our in-progress list (%s)", error)
+                return
+            self._swept = True
+        if report.requeued or report.buried:
+            log.warning(
+                "quiet: gave back %d in-progress job(s) that no thread was running: %s",
+                len(report.requeued) + len(report.buried),
+                ", ".join(report.requeued + report.buried),
+            )
+
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
         self.listener.start()
@@ -185,6 +222,7 @@ class Manager:
         return not self.fetching.is_set()
 
     def quiet(self) -> None:
+        self._swept = False  # this quiet's sweep (sweep_unclaimed)
         if self.table.quiet():
             log.info("quiet: no new jobs will be fetched; %d running", self.busy)
         self.signal.notify_all()
