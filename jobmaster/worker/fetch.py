@@ -46,8 +46,10 @@ the socket timeout costs at most one job sitting in our in-progress list
 unrun: a Redis blocked past the timeout (a slow command, ``DEBUG SLEEP``)
 still runs the FETCH when it wakes. Nothing is lost or run twice: the entry
 is ours, no thread claims it, and the self-check (selfcheck.py) requeues it
-once it has been unclaimed twice in a row. A FETCH held by ``CLIENT PAUSE``
-is dropped with the connection we close on the timeout, so it never runs.
+once it has been unclaimed twice in a row; a quiet process gives it back as
+soon as no job runs and no fetch is in flight (``Manager.sweep_unclaimed``),
+so a quiet pool drains. A FETCH held by ``CLIENT PAUSE`` is dropped with
+the connection we close on the timeout, so it never runs.
 """
 
 from __future__ import annotations
