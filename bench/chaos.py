@@ -449,25 +449,43 @@ class Chaos:
             print(f"chaos: {at:7.2f}s  {done:>7} done  {name} {detail}", file=sys.stderr)
 
     def do_quiet(self) -> dict[str, Any]:
+        # This TSTP's quiet only: a child resumed after an earlier one (the
+        # cycle before, the broadcast's TSTP) said so in the log already, and
+        # counted as quiet before this TSTP had reached it.
+        offset = len(self.log())
         self.master.signal(signal.SIGTSTP)
         # Each child says when it stopped fetching; only then is "nothing
         # completes once the in-progress lists are empty" a fair test (a
         # child still starting would otherwise fetch after the check).
         # Judged on the children alive at each look: one SIGKILLed just before
         # the TSTP may still show in /proc for a moment, and never says it.
-        quieted = self.wait(lambda: self.master.children() <= self.quiet_pids(), 15)
+        quieted = self.wait(lambda: self.master.children() <= self.quiet_pids(offset), 15)
         drained = quieted and self.wait(lambda: self.inflight() == 0, 15)
         before = self.done()
         held_until = time.monotonic() + 1.0
         while time.monotonic() < held_until:  # quiet must hold: nothing completes
             time.sleep(0.05)
-        held = drained and self.done() == before
+        held = drained and self.done() == before and self.inflight() == 0  # nor is fetched
+        # What a failed drain left, and where: the child's log says the rest.
+        left = {} if held else self.inflight_jids()
         self.master.signal(signal.SIGCONT)
-        return {"quieted": quieted, "drained": drained, "ok": held}
+        detail: dict[str, Any] = {"quieted": quieted, "drained": drained, "ok": held}
+        return {**detail, "left": left} if left else detail
 
-    def quiet_pids(self) -> set[int]:
-        found = re.findall(r"pid=(\d+) child=\d+: quiet: no new jobs", self.log())
+    def quiet_pids(self, offset: int) -> set[int]:
+        """Children that said they went quiet in the log after ``offset``."""
+        found = re.findall(r"pid=(\d+) child=\d+: quiet: no new jobs", self.log()[offset:])
         return {int(pid) for pid in found}
+
+    def inflight_jids(self) -> dict[str, list[str]]:
+        """Each in-progress list that is not empty: its owner and its jobs' tokens."""
+        left: dict[str, list[str]] = {}
+        for key in self.retrying(lambda: self.conn.keys(INPROGRESS_PATTERN)):
+            for raw in self.retrying(lambda key=key: self.conn.lrange(key, 0, -1)):
+                jid = str(json.loads(raw).get("jid"))
+                owner = text(key).removeprefix(KEYS.inprogress(""))
+                left.setdefault(owner, []).append(self.jids.get(jid, jid))
+        return left
 
     def do_term_restart(self) -> dict[str, Any]:
         seconds, code = self.stop_master()

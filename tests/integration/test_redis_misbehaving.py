@@ -340,6 +340,50 @@ def test_a_fetch_that_redis_runs_after_the_worker_gave_up_is_run_once(
 
 
 @pytest.mark.timeout(30)
+def test_a_quiet_worker_gives_back_at_once_a_job_a_late_fetch_left_in_its_list(
+    debug_redis: RedisServerProcess,
+    make_config: Callable[..., Config],
+    jobmaster_logs: pytest.LogCaptureFixture,
+) -> None:
+    """The chaos run's quiet found a job in the list of a quiet child for 15 s
+    (a FETCH Redis ran after the child gave up on it): no thread runs it,
+    and the self-check (20 s here, never reached) came too late. Quiet and
+    idle, the worker gives it back to its queue, unrun, within a look."""
+    url = debug_redis.url
+    store = debug_redis.client()
+    worker = short_timeout_worker(make_config(url, concurrency=2), 0.5)
+    jid = Client(url).push({"job": "tests.record", "args": ["late-fetch-quiet"]})
+    sleeping = start_debug_sleep(store, 1.5)
+    with pytest.raises(redis.TimeoutError):
+        worker.manager.fetcher.fetch()  # we give up after 0.5 s; Redis runs it once awake
+    end_debug_sleep(store, sleeping)
+    wait_until(lambda: store.llen(worker.ctx.inprogress_key) == 1, timeout=5)
+
+    worker.manager.quiet()  # as a child forked while the pool is quiet
+    began = time.monotonic()
+    worker.start()
+    try:
+        wait_until(
+            lambda: store.llen(worker.ctx.inprogress_key) == 0,
+            timeout=5,
+            message="a quiet, idle worker still holds a job no thread runs",
+        )
+        took = time.monotonic() - began
+        assert took < worker.selfcheck.interval  # not the self-check's doing
+        queued = store.lrange(K.queue("default"), 0, -1)
+        assert [json.loads(raw)["jid"] for raw in queued] == [jid]
+        assert not store.hexists("test:runs", "late-fetch-quiet")  # quiet: not run
+        assert messages(jobmaster_logs, "in-progress job(s) that no thread was running")
+
+        worker.manager.resume()  # and it runs once when the worker fetches again
+        wait_until(lambda: store.sismember("test:done", "late-fetch-quiet"), timeout=10)
+        assert store.hget("test:runs", "late-fetch-quiet") == b"1"
+    finally:
+        worker.stop(timeout=5)
+    print(f"given back {took:.2f}s after the quiet worker started")
+
+
+@pytest.mark.timeout(30)
 def test_a_finish_that_redis_runs_after_the_worker_gave_up_is_recorded_once(
     debug_redis: RedisServerProcess,
     make_config: Callable[..., Config],
