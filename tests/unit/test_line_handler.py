@@ -219,6 +219,20 @@ def test_a_filter_that_drops_or_rewrites_a_record_is_obeyed(
     assert pipe.close() == ["public"]
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="filters return records from 3.12")
+def test_a_record_a_filter_returns_is_the_one_written(logger: logging.Logger, pipe: Pipe) -> None:
+    handler = attach(logger, pipe.stream)
+
+    def redact(record: logging.LogRecord) -> logging.LogRecord:
+        copy = logging.makeLogRecord(record.__dict__)
+        copy.msg, copy.args = "redacted", None
+        return copy
+
+    handler.addFilter(redact)
+    logger.info("token %s", "s3cret")
+    assert pipe.close() == ["redacted"]
+
+
 def test_what_was_printed_before_comes_out_before_the_first_line(
     logger: logging.Logger, pipe: Pipe
 ) -> None:
