@@ -27,7 +27,8 @@ INPROG = K.inprogress("host:1:marks")
 
 
 class Counted:
-    """A Script that counts its calls (one pipeline or one call each)."""
+    """MARK, with a count of the round trips that carried it (counted as the
+    I/O core sends them: ``acks_on``; a NOSCRIPT's reload is the same call)."""
 
     def __init__(self, script: Any) -> None:
         self.script = script
@@ -35,7 +36,6 @@ class Counted:
         self.calls = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
         return self.script(*args, **kwargs)
 
 
@@ -55,6 +55,13 @@ def acks_on(store: redis.Redis) -> tuple[IOCore, Counted, Scripts]:
     mark = Counted(scripts.mark)
     acks = IOCore(store, Marking(mark, INPROG, 600, 60))  # type: ignore[arg-type]
     OPENED.append(acks)
+    send = acks._send
+
+    def counting(calls: list[Any]) -> None:  # the core's own connection skips Script
+        mark.calls += sum(1 for call in calls if call.script is mark)
+        send(calls)
+
+    acks._send = counting  # type: ignore[method-assign]
     return acks, mark, scripts
 
 
