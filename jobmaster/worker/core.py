@@ -98,6 +98,10 @@ LONGEST_SLEEP = 1.0
 # still there (it is, unless closed: then the caller sends the call itself).
 REPLY_LOOK = 1.0
 
+# Seconds the core pauses after a round failed on a bug of ours: a bug met
+# at every round logs once a second, not at every round.
+BUG_PAUSE = 1.0
+
 _WAKE = object()  # look for jobs now (a push was heard, a resume, the safety tick)
 _MARKED = object()  # a job started while the core napped: look at the marks
 
@@ -409,7 +413,7 @@ class IOCore:
                         item.settle(lost)
                     elif isinstance(item, Barrier):
                         item.done.set()
-                time.sleep(MARK_DELAY)
+                time.sleep(BUG_PAUSE)
 
     def _round(self, items: list[object]) -> bool:
         """One round trip for ``items`` (and the marks and fetch due). False once
