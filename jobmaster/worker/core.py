@@ -37,6 +37,14 @@ which does nothing once its entry has left the list). A FETCH whose reply is
 lost leaves its jobs in our in-progress list unclaimed: the self-check
 requeues them (selfcheck.py).
 
+Other runners. Nothing here knows a runner is a thread: a job reaches a
+runner through the feed's queue, and an outcome reaches Redis as a ``Call``
+handed to ``submit``, settled through ``Call.settle``. A thread's call
+(``call``) waits on its reply box; an event loop's runner (async jobs) will
+hand in a ``Call`` whose ``settle`` resolves a future on its loop (the core
+never blocks on a loop, nor a loop on the core). Jobs of several cluster
+slots will be several feeds and wires, one round trip each per round.
+
 Marks. FETCH cannot write a fetched job's status: its key is named after
 the jid, inside the payload, and a script must be given every key it
 touches. So a job starting leaves its mark here (``mark``), and:
@@ -89,6 +97,10 @@ LONGEST_SLEEP = 1.0
 # Seconds a caller waits for its reply before it looks whether the core is
 # still there (it is, unless closed: then the caller sends the call itself).
 REPLY_LOOK = 1.0
+
+# Seconds the core pauses after a round failed on a bug of ours: a bug met
+# at every round logs once a second, not at every round.
+BUG_PAUSE = 1.0
 
 _WAKE = object()  # look for jobs now (a push was heard, a resume, the safety tick)
 _MARKED = object()  # a job started while the core napped: look at the marks
@@ -280,16 +292,22 @@ class IOCore:
         if settles is not None:
             self._marks.pop(settles, None)
         call = Call(script, keys, args, frees)
-        if self._thread is None or self._closed.is_set():
-            # No core running (a context used outside a worker process: tests,
-            # tools) or no longer: the caller sends its call itself.
-            self._send_pooled([call])
-        else:
-            self._inbox.put(call)
+        if self.submit(call):
             self._await(call)
         if call.error is not None:
             raise call.error
         return call.reply
+
+    def submit(self, call: Call) -> bool:
+        """Hand ``call`` to the core's next round trip, without waiting; True
+        if the core took it, False if it was sent (and settled) here: no core
+        runs (a context used outside a worker process: tests, tools) or no
+        longer."""
+        if self._thread is None or self._closed.is_set():
+            self._send_pooled([call])
+            return False
+        self._inbox.put(call)
+        return True
 
     def _await(self, call: Call) -> None:
         while True:
@@ -395,7 +413,7 @@ class IOCore:
                         item.settle(lost)
                     elif isinstance(item, Barrier):
                         item.done.set()
-                time.sleep(MARK_DELAY)
+                time.sleep(BUG_PAUSE)
 
     def _round(self, items: list[object]) -> bool:
         """One round trip for ``items`` (and the marks and fetch due). False once

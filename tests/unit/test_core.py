@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 
+from jobmaster.recovery import RecoveryReport
 from jobmaster.worker.core import IOCore
 from jobmaster.worker.fetch import Feed, Fetcher
 from jobmaster.worker.running import RunningTable
@@ -211,17 +212,24 @@ class FetchingClient(FakeClient):
 def fed_core(stock: int, runners: int) -> tuple[IOCore, Feed, FetchingClient]:
     fetch = FetchScript(stock)
     client = FetchingClient(fetch)
+    swept: list[list[bytes]] = []  # what each quiet's sweep gave back
     ctx = SimpleNamespace(
         config=SimpleNamespace(queue_weights=[("default", 1)], strict=True),
         keys=SimpleNamespace(queue=lambda name: f"q:{name}", paused="paused"),
         inprogress_key="inprogress",
         scripts=SimpleNamespace(fetch=fetch),
+        redis=SimpleNamespace(lrange=lambda key, start, end: [b"left-behind"]),
+        recovery=SimpleNamespace(
+            requeue=lambda key, entries: swept.append(list(entries)) or RecoveryReport()
+        ),
+        swept=swept,
     )
     fetching, stopping = threading.Event(), threading.Event()
     fetching.set()
     table = RunningTable(fetching, stopping)
     ready: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
     feed = Feed(Fetcher(ctx), table, ready, runners)  # type: ignore[arg-type]
+    feed.swept = swept  # type: ignore[attr-defined]
     core = IOCore(client)  # type: ignore[arg-type]
     core.attach(feed)
     STARTED.append(core)
@@ -273,7 +281,7 @@ def test_an_empty_look_is_not_repeated_until_a_push_is_heard() -> None:
     assert unit.raw == b"job-1" and client.fetch.asked == [2, 2]
 
 
-def test_no_fetch_while_quiet() -> None:
+def test_quiet_fetches_nothing_and_once_idle_gives_back_what_no_runner_holds() -> None:
     core, feed, client = fed_core(stock=10, runners=2)
     core.start()
     first, second = taken(feed, 2)
@@ -281,10 +289,17 @@ def test_no_fetch_while_quiet() -> None:
     assert client.fetch.asked == [2]
     feed.table.fetching.clear()  # quiet
     core.free(first)
+    core.wake()
+    assert core.barrier(5)
+    assert feed.swept == []  # type: ignore[attr-defined]  # a runner still holds a job
     core.free(second)
     core.wake()
     assert core.barrier(5)
+    core.wake()
+    assert core.barrier(5)
     assert client.fetch.asked == [2] and feed.held == 0
+    # Idle: a FETCH whose reply was lost left an entry no runner holds; given back once.
+    assert feed.swept == [[b"left-behind"]]  # type: ignore[attr-defined]
 
 
 def test_a_barrier_waits_for_the_round_trip_in_flight() -> None:
