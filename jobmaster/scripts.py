@@ -92,6 +92,9 @@ class ScriptCall(ABC):
 # wake on its account; the push that filled it published, and a fetch that
 # leaves jobs behind wakes the next idle thread itself (worker/fetch.py),
 # with the listener's one-second look as the fallback for a lost message.
+# The queue's name joins the set of queue names on that push too: the name
+# leaves the set only with its queue empty (``Queue.clear``, which adds it
+# back if a push came meanwhile), so a queue holding jobs is in it already.
 PUSH = """
 local n = #ARGV - 3
 local length = 0
@@ -105,11 +108,13 @@ for i = 4, #ARGV, 500 do
     return length  -- refused (out of memory) before any write: the error as it came
   end
 end
-redis.pcall('SADD', KEYS[2], ARGV[1])
 if tonumber(ARGV[3]) > 0 then  -- no TTL while it waits (module docstring)
   for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued') end
 end
-if length == n then redis.call('PUBLISH', ARGV[2], n) end
+if length == n then
+  redis.pcall('SADD', KEYS[2], ARGV[1])
+  redis.call('PUBLISH', ARGV[2], n)
+end
 return n
 """
 

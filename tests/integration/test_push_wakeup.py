@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from jobmaster.api.queues import Queue
 from jobmaster.client import Client
 from jobmaster.keys import Keys
 from jobmaster.scripts import Push, Scripts
@@ -116,3 +117,22 @@ def test_a_forged_queue_key_is_still_refused_whole_and_named(store: redis.Redis)
     with pytest.raises(redis.ResponseError, match=f"WRONGTYPE {K.queue('q')} holds a string"):
         push(Scripts(store), 700)
     assert store.get(K.queue("q")) == b"forged" and not store.exists(K.queues)
+
+
+def test_the_queue_joins_the_set_of_queues_on_the_push_that_fills_it(
+    store: redis.Redis, client: Client
+) -> None:
+    """Only then: a queue holding jobs is in the set (it leaves it only empty)."""
+
+    def sadds() -> int:
+        return int(store.info("commandstats").get("cmdstat_sadd", {"calls": 0})["calls"])
+
+    client.push({"job": "x.y", "queue": "q"})
+    assert store.smembers(K.queues) == {b"q"}
+    before = sadds()
+    client.push({"job": "x.y", "queue": "q"})
+    assert sadds() == before
+    assert Queue("q", client).clear() == 2
+    assert store.smembers(K.queues) == set()
+    client.push({"job": "x.y", "queue": "q"})
+    assert store.smembers(K.queues) == {b"q"}
