@@ -195,6 +195,10 @@ class Client:
     def _push_now(
         self, payloads: list[dict[str, Any]], pipe: redis.client.Pipeline | None = None
     ) -> None:
+        if len(payloads) == 1 and pipe is None:  # one job, as enqueue() pushes: no grouping
+            payloads[0]["enqueued_at"] = time.time()
+            self._push_one_queue(str(payloads[0]["queue"]), payloads)
+            return
         now = time.time()
         by_queue: dict[str, list[dict[str, Any]]] = {}
         for payload in payloads:
@@ -206,12 +210,7 @@ class Client:
             for start in range(0, len(batch), BULK_CHUNK)
         ]
         if len(calls) == 1 and pipe is None:
-            queue, chunk = calls[0]
-            call = self._push_call(queue, chunk)
-            if self.pusher is not None:
-                self.pusher.run(call.keys(), call.argv())
-            else:
-                call.run(self.scripts.push)
+            self._push_one_queue(*calls[0])
             return
         if len(by_queue) > 1 or pipe is not None:
             # PUSH refuses a queue key of another type before any write, but
@@ -223,6 +222,13 @@ class Client:
         for queue, chunk in calls:
             self._push_call(queue, chunk).run(self.scripts.push, client=pipe)
         pipe.execute()
+
+    def _push_one_queue(self, queue: str, chunk: list[dict[str, Any]]) -> None:
+        call = self._push_call(queue, chunk)
+        if self.pusher is not None:
+            self.pusher.run(call.keys(), call.argv())
+        else:
+            call.run(self.scripts.push)
 
     def _check_queues(self, queues: list[str]) -> None:
         """Raise, naming the key, if one of ``queues`` holds another type than a list."""
