@@ -228,3 +228,27 @@ def test_a_readonly_reply_is_sent_again_once_on_a_new_connection(
     store.replicaof("NO", "ONE")
     assert isinstance(client.push({"job": "x.y"}), str)
     assert store.llen(K.queue("default")) == 2
+
+
+def test_many_threads_pushing_for_a_while_each_get_their_own_jids(
+    client: Client, store: redis.Redis
+) -> None:
+    """Gates opened and nudges sent in every interleaving the threads happen on:
+    every call answered, each once, none lost or doubled."""
+    jids: list[list[str | None]] = [[] for _ in range(16)]
+
+    def produce(index: int) -> None:
+        for n in range(150):
+            jids[index].append(client.push({"job": "x.y", "args": [index, n]}))
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=50)
+    assert not any(thread.is_alive() for thread in threads)
+    by_jid = {job["jid"]: job["args"] for job in queued(store)}
+    assert len(by_jid) == 16 * 150
+    assert all(by_jid[jid] == [i, n] for i in range(16) for n, jid in enumerate(jids[i]))  # type: ignore[index]
+    pusher = client.pusher
+    assert pusher is not None and pusher.round_trips <= 16 * 150
