@@ -62,8 +62,16 @@ def single(jobs: int) -> float:
     return jobs / (time.perf_counter() - started)
 
 
-def threaded(threads: int, jobs: int) -> float:
-    """jobs/s of ``threads`` threads enqueueing ``jobs`` in all, each one at a time."""
+def round_trips() -> int | None:
+    """PUSH round trips of the default client so far (None: a checkout without pusher.py)."""
+    pusher = getattr(jobmaster.client.default_client(), "pusher", None)
+    return None if pusher is None else int(pusher.round_trips)
+
+
+def threaded(threads: int, jobs: int, shared: list[float]) -> float:
+    """jobs/s of ``threads`` threads enqueueing ``jobs`` in all, each one at a time;
+    appends to ``shared`` the jobs per round trip, where the client counts them."""
+    trips = round_trips()
     each = jobs // threads
     gate = threading.Barrier(threads + 1)
 
@@ -79,7 +87,11 @@ def threaded(threads: int, jobs: int) -> float:
     started = time.perf_counter()
     for worker in workers:
         worker.join()
-    return each * threads / (time.perf_counter() - started)
+    rate = each * threads / (time.perf_counter() - started)
+    after = round_trips()
+    if trips is not None and after is not None and after > trips:
+        shared.append(each * threads / (after - trips))
+    return rate
 
 
 def bulk(url: str, jobs: int) -> float:
@@ -123,6 +135,9 @@ def print_table(report: dict[str, Any]) -> None:
         s = report[key]
         print(f"  {label:<40}{s['best']:>8,.0f}{s['median']:>11,.0f}", file=out)
     print(f"  single / PING, medians: {report['single_over_ping']:.2f}", file=out)
+    if report["threaded_jobs_per_round_trip"] is not None:
+        shared = report["threaded_jobs_per_round_trip"]
+        print(f"  {threads} threads: {shared:.1f} jobs per round trip (median)", file=out)
     per_job = report["commands_per_job"]
     shown = ", ".join(f"{k} {v:g}" for k, v in per_job.items() if k != "total")
     print(f"  Redis commands per single enqueue: {per_job['total']:g} ({shown})\n", file=out)
@@ -146,13 +161,14 @@ def main(argv: list[str] | None = None) -> int:
         singles: list[float] = []
         threads: list[float] = []
         bulks: list[float] = []
+        per_trip: list[float] = []
         for _ in range(args.repeat):
             conn.flushall()
             pings.append(ping_floor(server.url, args.single))
             conn.flushall()
             singles.append(single(args.single))
             conn.flushall()
-            threads.append(threaded(args.threads, args.threaded))
+            threads.append(threaded(args.threads, args.threaded, per_trip))
             conn.flushall()
             bulks.append(bulk(server.url, args.bulk))
         report = {
@@ -163,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             "threaded_jobs_per_s": summary(threads),
             "bulk_jobs_per_s": summary(bulks),
             "single_over_ping": statistics.median(singles) / statistics.median(pings),
+            "threaded_jobs_per_round_trip": statistics.median(per_trip) if per_trip else None,
             "commands_per_job": commands_per_job(conn, args.single),
         }
     return emit(report, print_table, args.no_table)
