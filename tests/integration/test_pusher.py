@@ -8,12 +8,14 @@ go: the first thread to get the lock sends them all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -119,50 +121,72 @@ def test_a_push_that_never_left_is_a_plain_enqueue_error() -> None:
     assert not isinstance(raised.value, EnqueueUnconfirmed)
 
 
-@pytest.fixture
-def debug_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
-    """A private server that accepts DEBUG SLEEP (off by default since Redis 7)."""
-    server = RedisServerProcess(
-        tmp_path_factory.mktemp("redis-debug"),
-        port=helpers.free_port(),
-        extra_args=("--enable-debug-command", "local"),
-    )
-    assert server.port != helpers.FORBIDDEN_PORT
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+class ReplyEater:
+    """A TCP forwarder to Redis that, once ``eat`` is set, forwards what the
+    client sends but drops what Redis answers: the commands run, their
+    replies never arrive (a connection lost after Redis ran them)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.eat = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, name="test-reply-eater", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            self.sockets += [client, server]
+            for source, sink, replies in ((client, server, False), (server, client, True)):
+                pump = threading.Thread(target=self._pump, args=(source, sink, replies))
+                pump.daemon = True
+                pump.start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if not (replies and self.eat.is_set()):
+                    sink.sendall(chunk)
+        except OSError:
+            pass  # either side closed
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 def test_a_lost_reply_fails_each_caller_with_its_jid_and_is_never_sent_again(
-    debug_redis: RedisServerProcess,
+    redis_server: RedisServerProcess, store: redis.Redis
 ) -> None:
-    """Redis stalls past the producer's socket timeout, then runs what it had read:
-    every push of the round trip landed once, though none of its callers heard
-    so. Re-sending would have enqueued each twice; instead each caller gets an
-    EnqueueUnconfirmed naming its jid, and the jid's status tells it landed."""
-    store = debug_redis.client()
-    client = Client(f"{debug_redis.url}?socket_timeout=0.5")
-    client.push({"job": "x.y"})  # connected, script loaded
-    stalled = store.connection_pool.get_connection()
-
-    def stall() -> None:
-        stalled.send_command("DEBUG", "SLEEP", 1.5)  # type: ignore[no-untyped-call]
-        time.sleep(0.1)  # lets Redis take the DEBUG first; a later arrival changes nothing
-
-    results = together(client, 8, lambda i: client.push({"job": "x.y", "args": [i]}), stall)
-    assert all(isinstance(error, EnqueueUnconfirmed) for error in results), results
-    assert len({id(error) for error in results}) == 8
-    jids = [error.jids[0] for error in results]
-    assert all(f"jid {jid}" in str(error) for jid, error in zip(jids, results, strict=True))
-    assert stalled.read_response() == b"OK"
-    store.connection_pool.release(stalled)
-    wait_until(lambda: len(queued(store)) == 9, timeout=10)
-    holds_for(0.5, lambda: len(queued(store)) == 9, "a push was sent again")
-    assert {job["jid"] for job in queued(store)} >= set(jids)
-    assert all(store.get(K.status(jid)) == b"queued" for jid in jids)
-    assert isinstance(client.push({"job": "x.y"}), str)  # a new connection for the next one
+    """Every push of the round trip ran, but no reply came back before the
+    socket timeout: each caller gets an EnqueueUnconfirmed naming its jid, and
+    nothing is sent again (that would have enqueued each job twice); the jid's
+    status tells the job landed."""
+    eater = ReplyEater(redis_server.port)
+    try:
+        client = Client(f"redis://127.0.0.1:{eater.port}/0?socket_timeout=0.5")
+        client.push({"job": "x.y"})  # connected, script loaded
+        push = lambda i: client.push({"job": "x.y", "args": [i]})  # noqa: E731
+        results = together(client, 8, push, eater.eat.set)
+        assert all(isinstance(error, EnqueueUnconfirmed) for error in results), results
+        assert len({id(error) for error in results}) == 8  # an exception each
+        jids = [error.jids[0] for error in results]
+        assert all(f"jid {jid}" in str(error) for jid, error in zip(jids, results, strict=True))
+        wait_until(lambda: len(queued(store)) == 9, timeout=10)
+        holds_for(0.5, lambda: len(queued(store)) == 9, "a push was sent again")
+        assert {job["jid"] for job in queued(store)} >= set(jids)
+        assert all(store.get(K.status(jid)) == b"queued" for jid in jids)
+        eater.eat.clear()
+        assert isinstance(client.push({"job": "x.y"}), str)  # a new connection for the next one
+        assert len(queued(store)) == 10
+    finally:
+        eater.close()
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
