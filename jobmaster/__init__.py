@@ -19,6 +19,7 @@ from jobmaster.current import JobInfo, current_job
 from jobmaster.errors import (
     ConfigError,
     EnqueueError,
+    EnqueueUnconfirmed,
     JobCancelled,
     JobFailed,
     JobmasterError,
@@ -40,6 +41,7 @@ __all__ = [
     "ConfigError",
     "DeadSet",
     "EnqueueError",
+    "EnqueueUnconfirmed",
     "JobCancelled",
     "JobFailed",
     "JobFunction",

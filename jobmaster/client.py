@@ -22,9 +22,10 @@ import redis
 from jobmaster import crypto, environment, results
 from jobmaster import payload as wire
 from jobmaster.connection import connect, describe_error
-from jobmaster.errors import EnqueueError
+from jobmaster.errors import EnqueueError, EnqueueUnconfirmed
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as middleware
+from jobmaster.pusher import LostReply, Pusher
 from jobmaster.queue_names import queue_name
 from jobmaster.redis_target import DEFAULT_URL, RedisTarget, mask_url
 from jobmaster.scripts import Push, PushUnique, Scripts
@@ -54,6 +55,13 @@ class Client:
         self.keys = Keys(namespace)
         self.scripts = Scripts(self.redis)
         self.status_ttl = round(status_ttl)  # 0: status tracking off
+        # One-queue pushes go through the lean path (pusher.py): one EVALSHA
+        # on a connection of its own, shared by threads pushing at once. A
+        # client built on something else than redis-py's own client keeps
+        # redis-py's Script path.
+        self.pusher = (
+            Pusher(self.redis, self.scripts.push) if type(self.redis) is redis.Redis else None
+        )
 
     @classmethod
     def from_config(cls, config: Config) -> Client:
@@ -135,6 +143,14 @@ class Client:
                 self._schedule(batch, float(at))
             else:
                 self._push_now(batch, pipe)
+        except LostReply as error:
+            jids = [str(p.get("jid")) for p in batch]
+            raise EnqueueUnconfirmed(
+                f"enqueue of {', '.join(sorted({str(p.get('job')) for p in batch}))} "
+                f"(jid {', '.join(jids)}) unconfirmed: {error}; its status tells whether "
+                "it landed (jobmaster status JID)",
+                jids,
+            ) from error
         except redis.RedisError as error:
             names = sorted({str(p.get("job")) for p in batch})
             raise EnqueueError(
@@ -179,6 +195,10 @@ class Client:
     def _push_now(
         self, payloads: list[dict[str, Any]], pipe: redis.client.Pipeline | None = None
     ) -> None:
+        if len(payloads) == 1 and pipe is None:  # one job, as enqueue() pushes: no grouping
+            payloads[0]["enqueued_at"] = time.time()
+            self._push_one_queue(str(payloads[0]["queue"]), payloads)
+            return
         now = time.time()
         by_queue: dict[str, list[dict[str, Any]]] = {}
         for payload in payloads:
@@ -190,8 +210,7 @@ class Client:
             for start in range(0, len(batch), BULK_CHUNK)
         ]
         if len(calls) == 1 and pipe is None:
-            queue, chunk = calls[0]
-            self._push_call(queue, chunk).run(self.scripts.push)
+            self._push_one_queue(*calls[0])
             return
         if len(by_queue) > 1 or pipe is not None:
             # PUSH refuses a queue key of another type before any write, but
@@ -203,6 +222,13 @@ class Client:
         for queue, chunk in calls:
             self._push_call(queue, chunk).run(self.scripts.push, client=pipe)
         pipe.execute()
+
+    def _push_one_queue(self, queue: str, chunk: list[dict[str, Any]]) -> None:
+        call = self._push_call(queue, chunk)
+        if self.pusher is not None:
+            self.pusher.run(call.keys(), call.argv())
+        else:
+            call.run(self.scripts.push)
 
     def _check_queues(self, queues: list[str]) -> None:
         """Raise, naming the key, if one of ``queues`` holds another type than a list."""

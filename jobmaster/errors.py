@@ -49,6 +49,17 @@ class EnqueueError(JobmasterError):
     """A job could not be pushed (Redis refused or is unreachable)."""
 
 
+class EnqueueUnconfirmed(EnqueueError):
+    """The push was sent but its reply was lost: the jobs (``jids``) may or may
+    not be enqueued. Never re-sent by jobmaster, since a push that ran would
+    then be enqueued twice; their status says which (when status tracking is
+    on: ``queued`` once they landed)."""
+
+    def __init__(self, message: str, jids: list[str]) -> None:
+        super().__init__(message)
+        self.jids = jids
+
+
 class Permanent(Exception):
     """Raise from a job to skip its retries: it goes to the dead set at once."""
 

@@ -140,6 +140,7 @@ class JobFunction(Generic[P, R]):
         self.job_options = options
         self.client: Client | None = None  # None: the default client
         functools.update_wrapper(self, func)
+        self._bound = BoundJob(self, options)  # its own options: built once, not per enqueue
         registry.register(self)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -159,7 +160,10 @@ class JobFunction(Generic[P, R]):
 
     def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job now; returns its jid (None: a unique job's duplicate)."""
-        return BoundJob(self, self.job_options).enqueue(*args, **kwargs)
+        bound = self._bound
+        if bound.job_options is not self.job_options:  # options replaced since
+            bound = self._bound = BoundJob(self, self.job_options)
+        return bound._push(None, args, kwargs)
 
     def enqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run ``seconds`` from now; its jid (None: a duplicate)."""

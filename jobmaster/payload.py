@@ -120,9 +120,13 @@ def build(
     return payload
 
 
+# One encoder for every payload: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def encode(payload: Mapping[str, JSON]) -> bytes:
     """Compact UTF-8 JSON; ``allow_nan=False`` keeps it readable by other languages."""
-    return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODER.encode(payload).encode()
 
 
 def _finite(text: str) -> float:

@@ -82,20 +82,39 @@ class ScriptCall(ABC):
 # ARGV[1] queue name, ARGV[2] wakeup channel, ARGV[3] status on (> 0; 0 = off;
 # a queued status has no TTL: module docstring), ARGV[4..] payloads
 # Returns the number of payloads pushed.
+# A queue key of another type fails the first LPUSH, which writes nothing (nor
+# does an OOM refusal of it: the script's first write), so it is the check:
+# the key's TYPE is read only then, for the error that names it, and the
+# script has nothing to undo (a later chunk meets a list it just wrote to).
+# The wakeup is PUBLISHed only when this push made the queue non-empty (the
+# last LPUSH's length is the number pushed): a worker sleeps only after a
+# fetch found its queues empty, so a queue that held jobs has no sleeper to
+# wake on its account; the push that filled it published, and a fetch that
+# leaves jobs behind wakes the next idle thread itself (worker/fetch.py),
+# with the listener's one-second look as the fallback for a lost message.
+# The queue's name joins the set of queue names on that push too: the name
+# leaves the set only with its queue empty (``Queue.clear``, which adds it
+# back if a push came meanwhile), so a queue holding jobs is in it already.
 PUSH = """
-local held = redis.call('TYPE', KEYS[1])['ok']
-if held ~= 'list' and held ~= 'none' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. held .. ': nothing pushed')
-end
 local n = #ARGV - 3
+local length = 0
 for i = 4, #ARGV, 500 do
-  redis.call('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+  length = redis.pcall('LPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+  if type(length) == 'table' then
+    local held = redis.call('TYPE', KEYS[1])['ok']
+    if held ~= 'list' and held ~= 'none' then
+      return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. held .. ': nothing pushed')
+    end
+    return length  -- refused (out of memory) before any write: the error as it came
+  end
 end
-redis.pcall('SADD', KEYS[2], ARGV[1])
 if tonumber(ARGV[3]) > 0 then  -- no TTL while it waits (module docstring)
   for i = 3, #KEYS do redis.call('SET', KEYS[i], 'queued') end
 end
-redis.call('PUBLISH', ARGV[2], n)
+if length == n then
+  redis.pcall('SADD', KEYS[2], ARGV[1])
+  redis.call('PUBLISH', ARGV[2], n)
+end
 return n
 """
 
