@@ -470,6 +470,9 @@ def test_a_child_that_gets_term_itself_finishes_its_job_and_is_replaced(
     psutil.Process(pid).terminate()
     wait_until(lambda: store.sismember("test:done", "own-term"), timeout=10)
     assert runs(store, "own-term") == 1
+    # The job's body ends before its acknowledgement and the child's exit.
+    gone = f"(pid {pid}) exited on its own (exit code 0); replacing it"
+    wait_until(lambda: gone in master.log(), timeout=10, message="the child exited, cleanly")
     [replacement] = working_children(store, master, 1)
     assert replacement != pid
     assert "died" not in master.log()  # a clean exit is not a crash
