@@ -16,9 +16,10 @@ mapping of error replies to exceptions), taken from the client's pool once.
 
 Errors. An error reply (a script's error, NOSCRIPT) is that call's reply:
 the stream stays in step; a READONLY one (a primary demoted by a failover)
-also drops the connection, so the next round trip finds the new primary. A connection error or timeout drops the
-connection (the next round trip makes a new one) and fails every call whose
-reply was not read yet: each may have run, as after any lost reply.
+also drops the connection, so the next round trip finds the new primary. A
+connection error or timeout drops the connection (the next round trip makes
+a new one) and fails every call whose reply was not read yet: each may have
+run, as after any lost reply.
 """
 
 from __future__ import annotations
