@@ -15,9 +15,11 @@ Sentinel discovery, AUTH and HELLO on connect, the reply parser and its
 mapping of error replies to exceptions), taken from the client's pool once.
 
 Errors. An error reply (a script's error, NOSCRIPT) is that call's reply:
-the stream stays in step. A connection error or timeout drops the
-connection (the next round trip makes a new one) and fails every call whose
-reply was not read yet: each may have run, as after any lost reply.
+the stream stays in step; a READONLY one (a primary demoted by a failover)
+also drops the connection, so the next round trip finds the new primary. A
+connection error or timeout drops the connection (the next round trip makes
+a new one) and fails every call whose reply was not read yet: each may have
+run, as after any lost reply.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class Wire:
             self.drop()
             lost = error if isinstance(error, redis.RedisError) else redis.ConnectionError(error)
             replies.extend(lost for _ in range(len(calls) - len(replies)))
+        if any(isinstance(reply, redis.ReadOnlyError) for reply in replies):
+            # A primary demoted by a failover: the next round trip reconnects,
+            # through Sentinel to the promoted one (as redis-py's pool does).
+            self.drop()
         return replies
 
     def drop(self) -> None:

@@ -43,3 +43,21 @@ def test_a_lost_connection_fails_its_calls_and_the_next_round_trip_reconnects(
     lost = wire.round_trip([(echo, [], [b"a"]), (echo, [], [b"b"])])
     assert all(isinstance(reply, redis.ConnectionError) for reply in lost), lost
     assert wire.round_trip([(echo, [], [b"back"])]) == [b"back"]
+
+
+def test_a_readonly_reply_drops_the_connection_for_the_promoted_primary(
+    wire: Wire, store: redis.Redis
+) -> None:
+    """A primary demoted by a failover answers READONLY: the call gets it, and
+    the next round trip goes out on a new connection (Sentinel's pool then
+    points it at the promoted primary), not the demoted one forever."""
+    readonly = store.script_load("return redis.error_reply('READONLY demoted')")
+    echo = store.script_load(ECHO)
+    first = wire._ready()
+    first.connect()
+    socket_before = first._sock
+    [reply] = wire.round_trip([(readonly, [], [])])
+    assert isinstance(reply, redis.ReadOnlyError)
+    assert wire._connection is None  # dropped
+    assert wire.round_trip([(echo, [], [b"next"])]) == [b"next"]
+    assert wire._connection is not None and wire._connection._sock is not socket_before
