@@ -1,18 +1,23 @@
-"""Benchmark: jobmaster beside Dramatiq, Huey, Celery and RQ, on one private Redis.
+"""Benchmark: jobmaster beside Dramatiq, Huey, taskiq, Celery and RQ, on one private Redis.
 
 This is a benchmark, not a test: it asserts nothing and is never run by pytest.
 
-    cd /work/main && .venv/bin/python bench/peers.py [--peers dramatiq,huey,celery,rq]
-        [--only enqueue,throughput,failover,shutdown] [--jobs 20000] [--enqueue-jobs 5000]
-        [--rounds 3] [--failover-wait 60] [--threads 8] [--deadline 600]
+    cd bench && ../.venv/bin/python peers.py [--peers dramatiq,huey,taskiq,celery,rq]
+        [--only enqueue,bulk,producers,throughput,failover,shutdown] [--runs 3]
+        [--jobs 20000] [--enqueue-jobs 5000] [--bulk-jobs 50000]
+        [--producers 16] [--producer-jobs 16000] [--threads 8]
+        [--rounds 3] [--failover-wait 60] [--deadline 600]
+        [--jobmaster-log-level info] [--jobmaster-extra-levels warning]
+        [--taskiq-broker stream|list]
         [--skip-install | --fresh] [--cache-dir DIR] [--no-jobmaster] [--no-table]
-        [--jobmaster-log-level info|warning]
 
 Each peer is installed from PyPI into a venv of its own, made with the
 machine's ``python3`` under ``~/.cache/jobmaster-bench/venvs/<peer>`` and
 reused on later runs (``--fresh`` rebuilds it, ``--skip-install`` only uses
-what is there): ``dramatiq[redis]``, ``huey``, ``celery[redis]`` and ``rq``,
-each with ``redis``. jobmaster itself runs from the venv running this script.
+what is there): ``dramatiq[redis]``, ``huey``, ``taskiq`` with
+``taskiq-redis``, ``celery[redis]`` and ``rq``, each with ``redis`` and
+``psutil`` (no hiredis unless the peer pulls it in: the JSON's versions say
+which venv has it). jobmaster itself runs from the venv running this script.
 One private ``redis-server`` (a free loopback port, no persistence; the shared
 one on 6379 is never touched) serves every peer in turn, with a FLUSHALL
 before each measure.
@@ -27,26 +32,46 @@ bench knows jobs ran), ``hold`` records its start (time, pid), runs until a
 stop key or its duration, and records its end. The worker commands:
 
 - jobmaster: ``jobmaster -c jobmaster.toml`` (``processes = 2``,
-  ``concurrency = --threads``, ``log_level = --jobmaster-log-level``, other
-  settings default);
+  ``concurrency = --threads``, ``log_level`` as below, other settings
+  default). The ``jobmaster`` column runs at ``--jobmaster-log-level``
+  (info, its default, which logs each job's start and end); each of
+  ``--jobmaster-extra-levels`` (default: warning, which logs no line a job,
+  as Dramatiq at its default) adds a ``jobmaster@<level>`` column measured
+  by ``throughput`` only, the one measure a log level changes;
 - Dramatiq: ``dramatiq -p 2 -t <--threads> dramatiq_app`` (RedisBroker);
 - Huey: ``huey_consumer -k process -w 2 huey_app.huey`` (RedisHuey);
+- taskiq: ``taskiq worker -w 2 taskiq_app:broker`` (taskiq-redis
+  ``RedisStreamBroker``, the acknowledging one its README shows first;
+  ``--taskiq-broker list`` for ``ListQueueBroker``), ``async def`` tasks;
 - Celery: ``celery -A celery_app worker --pool prefork -c 2 -l INFO``;
 - RQ: ``rq worker-pool -n 2 -u URL default``.
 
-The measures:
+The measures (``--only``):
 
 - **enqueue**: one client, ``--enqueue-jobs`` no-ops through the single
-  enqueue call (after 100 untimed ones), then as many through the bulk call
-  where the peer has one (jobmaster ``push_bulk``, RQ ``enqueue_many`` in
-  batches of 1,000; Dramatiq, Huey and Celery have none: "n/a"). The driver
-  checks that the queue then holds them all.
-- **throughput**: ``--jobs`` no-ops queued first (bulk where there is one),
-  then the pool started and ``bench:peers:done`` read every 20 ms: jobs/s
-  from the Popen to the last job ("from start", start-up included) and
-  from the first job seen done to the last ("first to last"). Also the Redis
-  commands per job (INFO commandstats, less the bench's own reads). A peer
-  that has not drained by ``--deadline`` gets a partial rate.
+  enqueue call, and as many bare redis-py PINGs on a client of the same
+  venv (the round-trip floor), after 100 untimed of each, in alternated
+  halves (PING, enqueue, PING, enqueue). taskiq's enqueue is ``await
+  noop.kiq()`` in one event loop. The driver checks the queue holds them all.
+- **bulk**: ``--bulk-jobs`` no-ops through the bulk call where the peer has
+  one (jobmaster ``push_bulk``; RQ ``enqueue_many`` in batches of 1,000);
+  Dramatiq, Huey, taskiq and Celery have none: "n/a".
+- **producers**: ``--producers`` producers of one process enqueue
+  ``--producer-jobs`` no-ops between them, released together (threads on
+  one shared client; for taskiq, whose producer is async, as many
+  coroutines on one event loop). The queue is counted afterwards: a
+  producer that raised or lost jobs gets no rate ("unsafe", "jobs missing").
+- **throughput**: ``--jobs`` no-ops queued through the single enqueue, then
+  the pool started and ``bench:peers:done`` read every 20 ms: jobs/s from
+  the Popen to the last job ("from start", start-up included) and from the
+  first job seen done to the last ("first to last"). Over that same first
+  to last window, the CPU per job of the pool's whole process tree (psutil:
+  user + system of each live process, plus what each has reaped from its
+  children, so RQ's work horses count) and of the Redis server process.
+  Over enqueue and drain, Redis's commands per job (INFO commandstats,
+  which counts those run by Lua scripts too, less the bench's own GETs and
+  INFOs), also split into enqueue and drain. A peer that has not drained
+  by ``--deadline`` gets a partial rate.
 - **failover**, ``--rounds`` times, each with a fresh pool: a ``hold`` job
   started, the process that runs it (the pid it recorded; for RQ the work
   horse forked for the job, the pool's grandchild) SIGKILLed, then polled
@@ -61,14 +86,23 @@ The measures:
   SIGTERM for all, as systemd and container runtimes send: for Huey, whose
   graceful signal is SIGINT, it means "interrupt the running tasks".
 
-Each peer runs with its defaults (Celery's early acknowledgement, RQ without
-``Retry``, Dramatiq's 60 s heartbeat timeout...): what a user gets untuned.
+``--runs`` times (default 3), every system is measured with every measure
+asked for, each run starting one system further down the list, so none is
+always first or last; failover and shutdown run in the first run only
+(their rounds repeat them). Each peer runs with its defaults (Celery's
+early acknowledgement, RQ without ``Retry``, Dramatiq's 60 s heartbeat
+timeout, taskiq's 10 min ``idle_timeout``...): what a user gets untuned.
 
-Output: one JSON object with everything (versions, commands, every round)
-on stdout; a table on stderr (``--no-table`` to omit it): a column per
-system and the ratio of jobmaster to the fastest peer for throughput and
-single enqueue. The machine is small and may be shared: compare the
-columns of one run, not figures across runs.
+Output: one JSON object with everything (versions, commands, every run's
+values, their medians, the targets) on stdout; a table of the medians on
+stderr (``--no-table`` to omit it): a column per system, then issue 25's
+targets, each ratio of jobmaster's median to the best peer's marked MET or
+missed: throughput >= 2x the fastest peer at warning and >= 1.5x at the
+defaults; worker-tree and Redis CPU per job <= 0.5x the best peer's; Redis
+commands per job <= Dramatiq's; single enqueue >= 1.2x the fastest peer or
+>= 90 % of its own PING floor; 16 producers >= 3x the fastest peer;
+``push_bulk`` >= 50,000 jobs/s. The machine is small and may be shared:
+compare the columns of one run, not figures across runs.
 """
 
 from __future__ import annotations
