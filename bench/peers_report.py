@@ -196,13 +196,14 @@ def number_cell(
     if found is not None:
         return fmt.format(found["median"])
     measure = FIGURES.get(figure, ("throughput",))[0]
-    if figure == "throughput":
+    if figure.startswith("throughput"):
         partial = [
             dig(measure_out(system, measure, r), ("partial_jobs_per_s",))
             for r in range(len(system.get("runs", [])))
         ]
         if partial := [p for p in partial if p]:
-            return f"~{statistics.median(partial):,.0f} partial"
+            rate = statistics.median(partial)
+            return f"~{rate:,.0f} partial" if figure == "throughput" else "not drained"
     if figure == "producers":
         out = measure_out(system, measure)
         errors = dig(out, ("concurrent", "errors"))

@@ -271,6 +271,7 @@ def measure_throughput(ctx: Context) -> dict[str, Any]:
     drained = drain(ctx, pool, queued, redis_pid(ctx.conn))
     calls_drain = counter.read() - calls_before - drained.pop("polls")  # our GETs
     stop = pool.terminate(min(ctx.args.stop_deadline, TEARDOWN_STOP_S))
+    done = max(1, drained["done"])  # a partial drain: per job done so far
     return {
         "jobs": queued,
         "queued_before_start": backlog,
@@ -279,8 +280,8 @@ def measure_throughput(ctx: Context) -> dict[str, Any]:
         "command": pool.command,
         **drained,
         "redis_calls_enqueue_per_job": calls_enqueue / queued,
-        "redis_calls_drain_per_job": calls_drain / queued,
-        "redis_calls_per_job": (calls_enqueue + calls_drain) / queued,
+        "redis_calls_drain_per_job": calls_drain / done,
+        "redis_calls_per_job": calls_enqueue / queued + calls_drain / done,
         "backlog_after": ctx.peer.backlog(),
         "stop": stop,
     }
@@ -305,13 +306,24 @@ def drain(ctx: Context, pool: WorkerPool, count: int, server_pid: int) -> dict[s
         time.sleep(DRAIN_POLL_S)
     tree_end, redis_end = cpu.tree_cpu(pool.pid), cpu.pid_cpu(server_pid)
     result: dict[str, Any] = {"done": value, "drained": finished_at is not None, "polls": polls}
-    if finished_at is None or first is None:
-        # Not drained by the deadline: the rate so far, so a slow peer still has a figure.
-        result["partial_jobs_per_s"] = rate(value, time.monotonic() - pool.started_at)
+    if first is None:
+        result["partial_jobs_per_s"] = 0.0
         return result
+    jobs = value - first[1]
+    cpu_figures = {
+        "cpu_jobs": jobs,
+        "worker_cpu_s": tree_end - first[2],
+        "redis_cpu_s": redis_end - first[3],
+        "worker_cpu_us_per_job": (tree_end - first[2]) / jobs * 1e6 if jobs else None,
+        "redis_cpu_us_per_job": (redis_end - first[3]) / jobs * 1e6 if jobs else None,
+    }
+    if finished_at is None:
+        # Not drained by the deadline: the rate so far, so a slow peer still has a
+        # figure; its CPU and commands per job are over the jobs done so far.
+        elapsed = time.monotonic() - first[0]
+        return {**result, "partial_jobs_per_s": rate(jobs, elapsed), **cpu_figures}
     from_start = finished_at - pool.started_at
     first_to_last = finished_at - first[0]
-    jobs = count - first[1]
     return {
         **result,
         "first_job_after_s": first[0] - pool.started_at,
@@ -319,11 +331,7 @@ def drain(ctx: Context, pool: WorkerPool, count: int, server_pid: int) -> dict[s
         "from_start_jobs_per_s": rate(count, from_start),
         "first_to_last_s": first_to_last,
         "first_to_last_jobs_per_s": rate(jobs, first_to_last),
-        "cpu_jobs": jobs,
-        "worker_cpu_s": tree_end - first[2],
-        "redis_cpu_s": redis_end - first[3],
-        "worker_cpu_us_per_job": (tree_end - first[2]) / jobs * 1e6 if jobs else None,
-        "redis_cpu_us_per_job": (redis_end - first[3]) / jobs * 1e6 if jobs else None,
+        **cpu_figures,
     }
 
 
