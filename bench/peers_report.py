@@ -218,7 +218,7 @@ def failover_cells(system: dict[str, Any]) -> tuple[str, str]:
     if not rounds:
         cell = status_cell(system, "failover")
         return cell, cell
-    restarts = [r["restart_ms"] for r in rounds if r["restart_ms"] is not None]
+    restarts = [r["restart_ms"] for r in rounds if r.get("restart_ms") is not None]
     if len(restarts) == len(rounds):
         again = f"{statistics.median(restarts):,.0f} ms"
     else:
@@ -227,10 +227,13 @@ def failover_cells(system: dict[str, Any]) -> tuple[str, str]:
             kind = r["outcome"].split()[0]
             kinds[kind] = kinds.get(kind, 0) + 1
         again = ", ".join(f"{k} {n}/{len(rounds)}" for k, n in kinds.items())
-    replaced = [r["replacement_ms"] for r in rounds if r["replacement_ms"] is not None]
+    replaced = [r["replacement_ms"] for r in rounds if r.get("replacement_ms") is not None]
     if replaced:
         return again, f"{statistics.median(replaced):,.0f} ms"
-    return again, "n/a" if all(r["depth"] != 1 for r in rounds) else "no"
+    measured = [r for r in rounds if "depth" in r]  # the rounds that got to the kill
+    if not measured:
+        return again, "error"
+    return again, "n/a" if all(r["depth"] != 1 for r in measured) else "no"
 
 
 def shutdown_cells(system: dict[str, Any]) -> tuple[str, str, str]:
@@ -348,4 +351,8 @@ def print_details(results: dict[str, Any], out: Any) -> None:
             for measure, value in run.items():
                 if not value.get("ok"):
                     print(f"    run {index + 1} {measure} FAILED: {value.get('error')}", file=out)
+            for r in dig(run.get("failover"), ("rounds",)) or []:
+                if "error" in r:
+                    first_line = r["error"].splitlines()[0]
+                    print(f"    failover round {r['round']} FAILED: {first_line}", file=out)
     print("", file=out)

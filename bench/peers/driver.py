@@ -337,7 +337,16 @@ def drain(ctx: Context, pool: WorkerPool, count: int, server_pid: int) -> dict[s
 
 # -- failover -------------------------------------------------------------------
 def measure_failover(ctx: Context) -> dict[str, Any]:
-    rounds = [failover_round(ctx, i + 1) for i in range(ctx.args.rounds)]
+    """``--rounds`` kills; a round that fails (a fresh pool that never runs its
+    first job) is recorded as such, and the rounds after it still run."""
+    rounds = []
+    for index in range(1, ctx.args.rounds + 1):
+        try:
+            rounds.append(failover_round(ctx, index))
+        except RuntimeError as error:
+            rounds.append({"round": index, "error": str(error), "outcome": "error"})
+            for pool in ctx.pools:
+                pool.cleanup()
     return {"command": ctx.pools[0].command if ctx.pools else None, "rounds": rounds}
 
 
