@@ -9,8 +9,12 @@ a reader can check that it is the peer's documented, ordinary way.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.metadata
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,19 +29,64 @@ class Adapter:
     package = ""  # the distribution whose version is reported
     single_api = ""
     bulk_api: str | None = None  # None: the peer has no bulk enqueue
+    # How many producers of one process enqueue at once: threads sharing the
+    # peer's ordinary client, unless the adapter says otherwise.
+    concurrent_api = "N threads, each calling the single enqueue on one shared client"
     notes = ""
 
     def __init__(self, url: str) -> None:
         self.url = url
 
     def versions(self) -> dict[str, str]:
-        return {p: importlib.metadata.version(p) for p in (self.package, "redis")}
+        out = {p: importlib.metadata.version(p) for p in (self.package, "redis")}
+        try:  # redis-py's C parser, when the venv has it: it changes the PING floor
+            out["hiredis"] = importlib.metadata.version("hiredis")
+        except importlib.metadata.PackageNotFoundError:
+            out["hiredis"] = "none"
+        return out
 
     def worker_command(self, bin_dir: Path, threads: int, workdir: Path) -> list[str]:
         raise NotImplementedError
 
     def enqueue_noop(self) -> None:
         raise NotImplementedError
+
+    def enqueue_loop(self, count: int, deadline: float) -> int:
+        """Up to ``count`` single enqueues, one after the other, until the
+        monotonic ``deadline``; how many were made."""
+        done = 0
+        while done < count and time.monotonic() < deadline:
+            self.enqueue_noop()
+            done += 1
+        return done
+
+    def enqueue_concurrent(self, producers: int, each: int) -> tuple[float, list[str]]:
+        """``producers`` threads enqueue ``each`` no-ops apiece, all released
+        at once after 10 untimed ones each (connections opened); the seconds
+        from the release to the last one's end, and the errors raised."""
+        errors: list[str] = []
+        gate = threading.Barrier(producers + 1)
+
+        def produce() -> None:
+            try:
+                for _ in range(10):
+                    self.enqueue_noop()
+                gate.wait()
+                for _ in range(each):
+                    self.enqueue_noop()
+            except Exception as error:  # counted and reported: the producer is not safe
+                errors.append(f"{type(error).__name__}: {error}")
+                gate.abort()
+
+        threads = [threading.Thread(target=produce, daemon=True) for _ in range(producers)]
+        for thread in threads:
+            thread.start()
+        with contextlib.suppress(threading.BrokenBarrierError):  # a producer failed
+            gate.wait()
+        started = time.monotonic()
+        for thread in threads:
+            thread.join()
+        return time.monotonic() - started, errors
 
     def enqueue_noop_bulk(self, count: int) -> None:
         raise NotImplementedError(f"{self.name} has no bulk enqueue")
@@ -170,7 +219,9 @@ class Celery(Adapter):
     single_api = "noop.delay()"
     notes = (
         "no bulk enqueue (group(...).apply_async() publishes one message per task); "
-        "default early ack; TERM is the warm shutdown"
+        "default early ack; TERM is the warm shutdown; its producer is not documented "
+        "as thread-safe (celery/celery#4480 is open): the threads figure is checked "
+        "by counting what was queued"
     )
 
     def __init__(self, url: str) -> None:
@@ -253,12 +304,98 @@ class RQ(Adapter):
         return f"{status}: {reason[-1] if reason else 'no exc_info'}"
 
 
+class Taskiq(Adapter):
+    name = "taskiq"
+    package = "taskiq"
+    single_api = "await noop.kiq()  (in one asyncio loop, one call after the other)"
+    concurrent_api = (
+        "N coroutines on one event loop, each awaiting noop.kiq() (taskiq's producer "
+        "is async: an async web server's requests share one loop, not threads)"
+    )
+    notes = (
+        "taskiq-redis RedisStreamBroker (acknowledges; a dead consumer's messages are "
+        "claimed after idle_timeout, 10 min by default); async tasks; worker "
+        "defaults (--max-async-tasks 100, --ack-type when_saved); no bulk enqueue"
+    )
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        import taskiq_app
+
+        self.app = taskiq_app
+        self.kind = taskiq_app.KIND
+        if self.kind == "list":
+            self.notes = self.notes.replace(
+                "RedisStreamBroker (acknowledges; a dead consumer's messages are "
+                "claimed after idle_timeout, 10 min by default)",
+                "ListQueueBroker (BRPOP, no acknowledgement)",
+            )
+        self.loop = asyncio.new_event_loop()
+        # The stream broker creates its consumer group here, at the stream's end
+        # ("$"): what is queued after this is what the workers will read.
+        self.loop.run_until_complete(taskiq_app.broker.startup())
+        import redis
+
+        self.redis = redis.Redis.from_url(url)
+
+    def versions(self) -> dict[str, str]:
+        return {**super().versions(), "taskiq-redis": importlib.metadata.version("taskiq-redis")}
+
+    def worker_command(self, bin_dir: Path, threads: int, workdir: Path) -> list[str]:
+        return [str(bin_dir / "taskiq"), "worker", "-w", "2", "taskiq_app:broker"]
+
+    def enqueue_noop(self) -> None:
+        self.loop.run_until_complete(self.app.noop.kiq())
+
+    def enqueue_loop(self, count: int, deadline: float) -> int:
+        async def loop() -> int:
+            done = 0
+            while done < count and time.monotonic() < deadline:
+                await self.app.noop.kiq()
+                done += 1
+            return done
+
+        return self.loop.run_until_complete(loop())
+
+    def enqueue_concurrent(self, producers: int, each: int) -> tuple[float, list[str]]:
+        errors: list[str] = []
+
+        async def produce(count: int) -> None:
+            try:
+                for _ in range(count):
+                    await self.app.noop.kiq()
+            except Exception as error:
+                errors.append(f"{type(error).__name__}: {error}")
+
+        async def run() -> float:
+            await asyncio.gather(*(produce(10) for _ in range(producers)))  # connections
+            started = time.monotonic()
+            await asyncio.gather(*(produce(each) for _ in range(producers)))
+            return time.monotonic() - started
+
+        return self.loop.run_until_complete(run()), errors
+
+    def enqueue_hold(self, token: str, seconds: float) -> str:
+        task = self.loop.run_until_complete(self.app.hold.kiq(token, seconds))
+        return str(task.task_id)
+
+    def backlog(self) -> int:
+        """Listed, or added to the stream and not yet delivered to a consumer."""
+        queue = self.app.broker.queue_name
+        if self.kind == "list":
+            return int(self.redis.llen(queue))
+        groups = self.redis.xinfo_groups(queue)
+        lag = groups[0].get("lag") if groups else None
+        return int(self.redis.xlen(queue) if lag is None else lag)
+
+
 ADAPTERS: dict[str, Callable[[str], Adapter]] = {
     "jobmaster": Jobmaster,
     "dramatiq": Dramatiq,
     "huey": Huey,
     "celery": Celery,
     "rq": RQ,
+    "taskiq": Taskiq,
 }
 
 
@@ -282,6 +419,7 @@ def describe(adapter: Adapter) -> dict[str, Any]:
     return {
         "single_api": adapter.single_api,
         "bulk_api": adapter.bulk_api,
+        "concurrent_api": adapter.concurrent_api,
         "notes": adapter.notes,
         "versions": adapter.versions(),
     }

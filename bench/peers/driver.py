@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cpu
 import marks
 import redis
 from adapters import ADAPTERS, Adapter, adapter, describe, worker_environment
@@ -34,6 +35,10 @@ READY_TIMEOUT = 60.0  # a pool's first job done (covers interpreter start and im
 START_TIMEOUT = 30.0  # a hold job's start mark after its enqueue
 POLL_S = 0.005  # failover polling: the figures are in ms
 DRAIN_POLL_S = 0.02  # throughput polling: one GET per poll
+# The bound on a stop that is not itself measured (after a drain, between
+# failover rounds): a peer whose idle workers do not exit on TERM (taskiq's
+# wait on a read that never comes) costs this, not --stop-deadline, each time.
+TEARDOWN_STOP_S = 10.0
 
 
 @dataclass
@@ -121,6 +126,7 @@ def key_values(conn: redis.Redis, key: bytes) -> list[bytes]:
     readers: dict[str, Callable[[], list[bytes]]] = {
         "string": lambda: [conn.get(key) or b""],
         "list": lambda: list(conn.lrange(key, 0, -1)),
+        "stream": lambda: [v for _, f in conn.xrange(key) for v in f.values()],
         "set": lambda: list(conn.smembers(key)),
         "zset": lambda: list(conn.zrange(key, 0, -1)),
         "hash": lambda: [b for pair in conn.hgetall(key).items() for b in pair],
@@ -138,96 +144,184 @@ def verdict(ctx: Context, job_id: str, token: str) -> str:
     return f"stuck in {', '.join(keys)}" if keys else "lost (in no Redis key)"
 
 
-def total_calls(conn: redis.Redis) -> int:
-    return sum(int(v["calls"]) for v in conn.info("commandstats").values())
-
-
 def rate(count: int, seconds: float | None) -> float | None:
     return count / seconds if seconds else None
 
 
 # -- enqueue --------------------------------------------------------------------
 def measure_enqueue(ctx: Context) -> dict[str, Any]:
-    """N single enqueues, then N through the bulk API (if any), one client."""
-    count, deadline = ctx.args.enqueue_jobs, ctx.args.deadline
+    """``--enqueue-jobs`` single enqueues from one client, and as many bare PINGs
+    (redis-py, the client every peer here uses, in this venv) in the same run:
+    the round-trip floor. Both after 100 untimed calls, in two halves each,
+    alternated (PING, enqueue, PING, enqueue), so a burst of other load on the
+    machine falls on both."""
+    count, bound = ctx.args.enqueue_jobs, ctx.args.deadline
+    ping = redis.Redis.from_url(ctx.args.redis_url)
     for _ in range(100):  # connections opened, scripts loaded, imports warm
-        ctx.peer.enqueue_noop()
-    started = time.monotonic()
-    done = 0
-    while done < count and time.monotonic() - started < deadline:
-        ctx.peer.enqueue_noop()
-        done += 1
-    single_s = time.monotonic() - started
-    expected = 100 + done
-    result: dict[str, Any] = {
-        "single": {"api": ctx.peer.single_api, "jobs": done, "seconds": single_s},
-        "bulk": {"api": ctx.peer.bulk_api},
-    }
-    result["single"]["jobs_per_s"] = rate(done, single_s)
-    if ctx.peer.bulk_api:
+        ping.ping()
+    ctx.peer.enqueue_loop(100, time.monotonic() + bound)
+    ping_s = single_s = 0.0
+    pings = done = 0
+    for half in (count // 2, count - count // 2):
         started = time.monotonic()
-        ctx.peer.enqueue_noop_bulk(count)
-        bulk_s = time.monotonic() - started
-        result["bulk"].update(jobs=count, seconds=bulk_s, jobs_per_s=rate(count, bulk_s))
-        expected += count
-    result["backlog"] = ctx.peer.backlog()
-    result["backlog_expected"] = expected  # all of them really queued
-    return result
+        for _ in range(half):
+            ping.ping()
+        ping_s += time.monotonic() - started
+        pings += half
+        started = time.monotonic()
+        done += ctx.peer.enqueue_loop(half, started + bound)
+        single_s += time.monotonic() - started
+    return {
+        "single": {
+            "api": ctx.peer.single_api,
+            "jobs": done,
+            "seconds": single_s,
+            "jobs_per_s": rate(done, single_s),
+        },
+        "ping": {"calls": pings, "seconds": ping_s, "per_s": rate(pings, ping_s)},
+        "backlog": ctx.peer.backlog(),
+        "backlog_expected": 100 + done,  # all of them really queued
+    }
+
+
+def measure_bulk(ctx: Context) -> dict[str, Any]:
+    """``--bulk-jobs`` no-ops through the peer's bulk call, if it has one."""
+    if not ctx.peer.bulk_api:
+        return {"bulk": {"api": None}}
+    count = ctx.args.bulk_jobs
+    ctx.peer.enqueue_noop_bulk(100)  # scripts loaded, imports warm
+    started = time.monotonic()
+    ctx.peer.enqueue_noop_bulk(count)
+    seconds = time.monotonic() - started
+    return {
+        "bulk": {
+            "api": ctx.peer.bulk_api,
+            "jobs": count,
+            "seconds": seconds,
+            "jobs_per_s": rate(count, seconds),
+        },
+        "backlog": ctx.peer.backlog(),
+        "backlog_expected": 100 + count,
+    }
+
+
+def measure_producers(ctx: Context) -> dict[str, Any]:
+    """``--producers`` producers of this one process enqueue ``--producer-jobs``
+    no-ops between them, at once (a threaded web server's requests). The
+    queue is counted afterwards: a producer that is not thread-safe shows as
+    errors or as jobs missing."""
+    producers = ctx.args.producers
+    each = max(1, ctx.args.producer_jobs // producers)
+    seconds, errors = ctx.peer.enqueue_concurrent(producers, each)
+    jobs = producers * each
+    backlog, expected = ctx.peer.backlog(), producers * (10 + each)
+    sound = not errors and backlog == expected
+    return {
+        "concurrent": {
+            "api": ctx.peer.concurrent_api.replace("N ", f"{producers} ", 1),
+            "producers": producers,
+            "jobs": jobs,
+            "seconds": seconds,
+            # Only a run that queued every job, without an error, has a rate.
+            "jobs_per_s": rate(jobs, seconds) if sound else None,
+            "errors": len(errors),
+            "first_errors": sorted(set(errors))[:3],
+        },
+        "backlog": backlog,
+        "backlog_expected": expected,
+    }
 
 
 # -- throughput -----------------------------------------------------------------
+class Counter:
+    """Redis's own count of the commands it ran (``INFO commandstats``, which
+    counts those run by Lua scripts too, with the script call itself), less
+    the INFO calls that read it."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.conn = conn
+        self.infos = 0  # INFO calls made so far (each is counted by the next one)
+
+    def read(self) -> int:
+        total = sum(int(v["calls"]) for v in self.conn.info("commandstats").values())
+        self.infos += 1
+        return total - (self.infos - 1)
+
+
+def redis_pid(conn: redis.Redis) -> int:
+    return int(conn.info("server")["process_id"])
+
+
 def measure_throughput(ctx: Context) -> dict[str, Any]:
-    """N no-ops queued, then a 2-process pool started: time to drain them."""
+    """N no-ops queued by the single enqueue, then a 2-process pool started:
+    the time to drain them, the CPU its process tree and Redis spent on it,
+    and the Redis commands per job over enqueue and drain together."""
     count = ctx.args.jobs
     ctx.conn.delete(marks.DONE_KEY)
+    counter = Counter(ctx.conn)
+    calls_start = counter.read()
     started = time.monotonic()
-    if ctx.peer.bulk_api:
-        ctx.peer.enqueue_noop_bulk(count)
-    else:
-        for _ in range(count):
-            ctx.peer.enqueue_noop()
+    queued = ctx.peer.enqueue_loop(count, started + ctx.args.deadline)
     enqueue_s = time.monotonic() - started
-    queued = ctx.peer.backlog()
-    calls_before = total_calls(ctx.conn)
+    calls_enqueue = counter.read() - calls_start
+    backlog = ctx.peer.backlog()
+    calls_before = counter.read()
     pool = ctx.new_pool()
     pool.start()
-    drained = drain(ctx, pool, count)
-    calls = total_calls(ctx.conn) - calls_before - drained.pop("polls") - 1  # our GETs, INFO
-    stop = pool.terminate(ctx.args.stop_deadline)
+    drained = drain(ctx, pool, queued, redis_pid(ctx.conn))
+    calls_drain = counter.read() - calls_before - drained.pop("polls")  # our GETs
+    stop = pool.terminate(min(ctx.args.stop_deadline, TEARDOWN_STOP_S))
+    done = max(1, drained["done"])  # a partial drain: per job done so far
     return {
-        "jobs": count,
-        "queued_before_start": queued,
+        "jobs": queued,
+        "queued_before_start": backlog,
         "prefill_s": enqueue_s,
-        "prefill_api": ctx.peer.bulk_api or ctx.peer.single_api,
+        "prefill_api": ctx.peer.single_api,
         "command": pool.command,
         **drained,
-        "redis_calls_per_job": calls / count,
+        "redis_calls_enqueue_per_job": calls_enqueue / queued,
+        "redis_calls_drain_per_job": calls_drain / done,
+        "redis_calls_per_job": calls_enqueue / queued + calls_drain / done,
         "backlog_after": ctx.peer.backlog(),
         "stop": stop,
     }
 
 
-def drain(ctx: Context, pool: WorkerPool, count: int) -> dict[str, Any]:
-    """Poll the done counter until it reaches ``count`` (or the deadline)."""
-    first: tuple[float, int] | None = None
+def drain(ctx: Context, pool: WorkerPool, count: int, server_pid: int) -> dict[str, Any]:
+    """Poll the done counter until it reaches ``count`` (or the deadline); the
+    CPU of the pool's tree and of Redis from the first job seen done to the last."""
+    first: tuple[float, int, float, float] | None = None  # time, done, tree CPU, Redis CPU
     value, polls, finished_at = 0, 0, None
     while time.monotonic() - pool.started_at < ctx.args.deadline:
         value = done_count(ctx.conn)
         polls += 1
         now = time.monotonic()
         if value and first is None:
-            first = (now, value)
+            first = (now, value, cpu.tree_cpu(pool.pid), cpu.pid_cpu(server_pid))
         if value >= count:
             finished_at = now
             break
         if not pool.running():
             raise RuntimeError(f"worker exited ({pool.returncode()}):\n{pool.log_tail()}")
         time.sleep(DRAIN_POLL_S)
+    tree_end, redis_end = cpu.tree_cpu(pool.pid), cpu.pid_cpu(server_pid)
     result: dict[str, Any] = {"done": value, "drained": finished_at is not None, "polls": polls}
-    if finished_at is None or first is None:
-        # Not drained by the deadline: the rate so far, so a slow peer still has a figure.
-        result["partial_jobs_per_s"] = rate(value, time.monotonic() - pool.started_at)
+    if first is None:
+        result["partial_jobs_per_s"] = 0.0
         return result
+    jobs = value - first[1]
+    cpu_figures = {
+        "cpu_jobs": jobs,
+        "worker_cpu_s": tree_end - first[2],
+        "redis_cpu_s": redis_end - first[3],
+        "worker_cpu_us_per_job": (tree_end - first[2]) / jobs * 1e6 if jobs else None,
+        "redis_cpu_us_per_job": (redis_end - first[3]) / jobs * 1e6 if jobs else None,
+    }
+    if finished_at is None:
+        # Not drained by the deadline: the rate so far, so a slow peer still has a
+        # figure; its CPU and commands per job are over the jobs done so far.
+        elapsed = time.monotonic() - first[0]
+        return {**result, "partial_jobs_per_s": rate(jobs, elapsed), **cpu_figures}
     from_start = finished_at - pool.started_at
     first_to_last = finished_at - first[0]
     return {
@@ -236,13 +330,23 @@ def drain(ctx: Context, pool: WorkerPool, count: int) -> dict[str, Any]:
         "from_start_s": from_start,
         "from_start_jobs_per_s": rate(count, from_start),
         "first_to_last_s": first_to_last,
-        "first_to_last_jobs_per_s": rate(count - first[1], first_to_last),
+        "first_to_last_jobs_per_s": rate(jobs, first_to_last),
+        **cpu_figures,
     }
 
 
 # -- failover -------------------------------------------------------------------
 def measure_failover(ctx: Context) -> dict[str, Any]:
-    rounds = [failover_round(ctx, i + 1) for i in range(ctx.args.rounds)]
+    """``--rounds`` kills; a round that fails (a fresh pool that never runs its
+    first job) is recorded as such, and the rounds after it still run."""
+    rounds = []
+    for index in range(1, ctx.args.rounds + 1):
+        try:
+            rounds.append(failover_round(ctx, index))
+        except RuntimeError as error:
+            rounds.append({"round": index, "error": str(error), "outcome": "error"})
+            for pool in ctx.pools:
+                pool.cleanup()
     return {"command": ctx.pools[0].command if ctx.pools else None, "rounds": rounds}
 
 
@@ -268,7 +372,7 @@ def failover_round(ctx: Context, index: int) -> dict[str, Any]:
     seen.pop("gave_up", None)
     for running in ctx.pools:
         if running.running():
-            running.terminate(ctx.args.stop_deadline)
+            running.terminate(min(ctx.args.stop_deadline, TEARDOWN_STOP_S))
     return {"round": index, "job_id": job_id, "killed_pid": victim, "depth": depth, **seen}
 
 
@@ -363,6 +467,8 @@ def follow_unfinished(ctx: Context, jobs: list[dict[str, Any]], tokens: list[str
 
 MEASURES: dict[str, Callable[[Context], dict[str, Any]]] = {
     "enqueue": measure_enqueue,
+    "bulk": measure_bulk,
+    "producers": measure_producers,
     "throughput": measure_throughput,
     "failover": measure_failover,
     "shutdown": measure_shutdown,
@@ -378,6 +484,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="(the output is always JSON)")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--enqueue-jobs", type=int, default=5_000)
+    parser.add_argument("--bulk-jobs", type=int, default=50_000)
+    parser.add_argument("--producers", type=int, default=16)
+    parser.add_argument("--producer-jobs", type=int, default=16_000)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--failover-wait", type=float, default=60.0)

@@ -173,6 +173,11 @@ class WorkerPool:
         if self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
+        # Until they are really gone: a SIGKILLed worker still blocked in a read
+        # on a loaded machine can otherwise be handed the next pool's first job
+        # by Redis (taskiq's stream consumer took it into its pending list, and
+        # the next pool waited for it in vain).
+        wait_until(lambda: not marked(WORKER_MARK, self.tag), 10.0, 0.02)
 
     def log_tail(self, lines: int = 25) -> str:
         try:
