@@ -114,6 +114,11 @@ class Keys:
         and expiring with it; absent when the job returned None (results.py)."""
         return f"{self.prefix}result:{jid}"
 
+    def result_waiter(self, jid: str) -> str:
+        """Set (with a TTL) while a ``jobmaster.result(jid, wait=...)`` waits: only
+        then does the job's end publish on ``ended_channel`` (results.py)."""
+        return f"{self.prefix}waiting:{jid}"
+
     def ended_channel(self, jid: str) -> str:
         """Pub/sub channel told once a job ends (complete, dead, failed...): what a
         ``jobmaster.result(jid, wait=...)`` waits on instead of polling its status."""

@@ -51,6 +51,7 @@ log = logging.getLogger("jobmaster.results")
 # it from the dead set). "skipped": its batch was cancelled before it ran.
 ENDED = frozenset({"complete", "dead", "failed", "cancelled", "expired", "skipped"})
 RECHECK_EVERY = 5.0  # seconds: the most a lost pub/sub message can delay a result
+WAITER_MARGIN = 5  # seconds a waiter's key outlives its wait
 PARSE_BYTES = 1024 * 1024  # the longest dead-set entry parsed for a failure's error
 ATTEMPTS_READ = 50  # the newest attempts read (a job retried 25 times made 26)
 ATTEMPT_BYTES = 64 * 1024  # of each attempt read: a longer one is forged, and skipped
@@ -306,6 +307,7 @@ def wait_end(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
         raise ResultPending(jid, found.status, 0.0)
     started = time.monotonic()
     deadline = started + float(wait)
+    _register(connection, keys, jid, wait)
     pubsub = connection.pubsub()  # type: ignore[no-untyped-call]
     try:
         try:
@@ -328,6 +330,19 @@ def wait_end(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
             _message(pubsub, min(left, RECHECK_EVERY))
     finally:
         pubsub.close()
+
+
+def _register(connection: redis.Redis, keys: Keys, jid: str, wait: float) -> None:
+    """Say that someone waits for the job's end: a worker publishes it only
+    then (FINISH reads every waiter's key of a round trip in one MGET, where a
+    PUBLISH per job cost a Redis command for each of them). Set before the
+    subscription and the read that follows it, so an end recorded after the
+    read always finds it; it outlives the wait, and several waiters share it."""
+    key = keys.result_waiter(jid)
+    try:
+        connection.set(key, 1, ex=math.ceil(wait) + WAITER_MARGIN)
+    except redis_errors.ResponseError as error:  # NOPERM: the ACL lacks the key
+        raise refused(error, f"SET {key}", f"~{keys.result_waiter('*')}") from error
 
 
 def _confirmed(pubsub: Any, deadline: float) -> None:

@@ -142,7 +142,7 @@ class Push(ScriptCall):
 # runners of the process free at that moment: one round trip serves them
 # all), from the first queue in the given order and, if it runs dry, from the
 # next ones: an LMOVE, then one RPOP and one LPUSH for the rest, whatever the
-# count. The LMOVE comes first because Redis refuses it when full (OOM) and
+# count (a second LMOVE when one more is all that is wanted). The LMOVE comes first because Redis refuses it when full (OOM) and
 # then lets the script's later writes through: a full Redis takes no work
 # out of its queues (RPOP, which frees memory, would have passed, and the
 # job's outcome would then have grown Redis past its limit).
@@ -167,9 +167,15 @@ for i = 3, #KEYS do
       taken[#taken + 1] = first
       taken[#taken + 1] = name
       got = got + 1
-      local rest = want > got and redis.call('RPOP', KEYS[i], want - got)
+      local more, rest = want - got, false
+      if more == 1 then  -- one more: an LMOVE is one command, RPOP and LPUSH two
+        local payload = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
+        if payload then rest = {payload} end
+      elseif more > 1 then
+        rest = redis.call('RPOP', KEYS[i], more)
+        if rest then redis.call('LPUSH', KEYS[1], unpack(rest)) end
+      end
       if rest then
-        redis.call('LPUSH', KEYS[1], unpack(rest))
         for _, payload in ipairs(rest) do
           taken[#taken + 1] = payload
           taken[#taken + 1] = name
@@ -248,7 +254,8 @@ end
 # KEYS[4] failed total, KEYS[5] failed today, KEYS[6] target sorted set
 #   (retry or dead; any key when ARGV[4] is ''), KEYS[7] the job's status key,
 # KEYS[8] the job's attempts list, KEYS[9] its unique lock (any key when
-#   ARGV[12] is ''), KEYS[10] its result key (any key when ARGV[15] is '')
+#   ARGV[12] is ''), KEYS[10] its result key (any key when ARGV[15] is ''),
+# KEYS[11] the key a result() waiter sets while it waits (keys.result_waiter)
 # ARGV[1] payload as fetched, ARGV[2] 1 if the attempt failed, 0 if not,
 #   '-' if it did not run (deferred by middleware: not counted at all),
 # ARGV[3] TTL of the per-day counters (s), ARGV[4] '' | 'retry' | 'dead',
@@ -260,9 +267,11 @@ end
 # (only if ARGV[13], the jid, holds it), ARGV[14] the lock's new TTL (extend),
 # ARGV[15] the job's return value as JSON ('' = none: not complete, or it
 # returned None), ARGV[16] the channel its end is published on ('' = none:
-# it has not ended, or status is off). The result shares the status's TTL
-# (the job's result_ttl once it ended): results.py reads them together, and
-# a waiter (subscribed first, then reading) is woken by the message.
+# it has not ended, or status is off), only while a waiter's key (KEYS[11])
+# is set: one MGET for every job of the call, not a PUBLISH per job. The
+# result shares the status's TTL (the job's result_ttl once it ended):
+# results.py reads them together, and a waiter (its key set, subscribed,
+# then reading) is woken by the message.
 # Nothing is written unless the payload is still in the in-progress list: a
 # job pushed back at a stop, recovered from a process presumed dead, or
 # already recorded by the watchdog is in another place (or finished) now,
@@ -289,7 +298,7 @@ end
 FINISH_BODY = (
     EXPIRE_LEFT
     + """
-local function finish_one(K, A, counts, ttls)
+local function finish_one(K, A, counts, ttls, ends)
   if A[4] ~= '' then
     local held = redis.call('TYPE', K[6])['ok']
     if held ~= 'zset' and held ~= 'none' then
@@ -328,7 +337,7 @@ local function finish_one(K, A, counts, ttls)
       redis.call('EXPIRE', K[8], A[11])
     end
     if A[15] ~= '' then redis.call('SET', K[10], A[15], 'EX', A[11]) end
-    if A[16] ~= '' then redis.call('PUBLISH', A[16], A[9]) end
+    if A[16] ~= '' then ends[#ends + 1] = {K[11], A[16], A[9]} end
   else
     expire_left(K[7], A[11])
   end
@@ -340,6 +349,17 @@ local function finish_one(K, A, counts, ttls)
     end
   end
   return removed
+end
+-- The ends of the jobs recorded, published where a waiter's key is set
+-- (read in one MGET: a key of another type reads as unset).
+local function publish_ends(ends)
+  if #ends == 0 then return end
+  local waiter_keys = {}
+  for i, e in ipairs(ends) do waiter_keys[i] = e[1] end
+  local waiting = redis.call('MGET', unpack(waiter_keys))
+  for i, e in ipairs(ends) do
+    if waiting[i] then redis.call('PUBLISH', e[2], e[3]) end
+  end
 end
 -- The counters of every job recorded, one INCRBY each: a counter that is
 -- not a number starts over; a per-day one gets its TTL as it is made.
@@ -358,9 +378,10 @@ end
 FINISH = (
     FINISH_BODY
     + """
-local counts, ttls = {}, {}
-local removed = finish_one(KEYS, ARGV, counts, ttls)
+local counts, ttls, ends = {}, {}, {}
+local removed = finish_one(KEYS, ARGV, counts, ttls, ends)
 count_all(counts, ttls)
+publish_ends(ends)
 return removed
 """
 )
@@ -369,22 +390,23 @@ return removed
 # of acknowledgements, worker/core.py), each exactly as FINISH records it,
 # with their counters added up and written once: one script call and one
 # INCRBY per counter a round trip, not one each per job.
-# KEYS: FINISH's 10 keys for each job in turn; ARGV: FINISH's 16 values for
+# KEYS: FINISH's 11 keys for each job in turn; ARGV: FINISH's 16 values for
 # each job in turn (the same order).
 # Returns FINISH's reply for each job, in order.
 FINISH_MANY = (
     FINISH_BODY
     + """
-local replies, counts, ttls = {}, {}, {}
-for j = 0, #KEYS / 10 - 1 do
-  replies[j + 1] = finish_one(
-    {unpack(KEYS, 10 * j + 1, 10 * j + 10)}, {unpack(ARGV, 16 * j + 1, 16 * j + 16)}, counts, ttls)
+local replies, counts, ttls, ends = {}, {}, {}, {}
+for j = 0, #KEYS / 11 - 1 do
+  replies[j + 1] = finish_one({unpack(KEYS, 11 * j + 1, 11 * j + 11)},
+    {unpack(ARGV, 16 * j + 1, 16 * j + 16)}, counts, ttls, ends)
 end
 count_all(counts, ttls)
+publish_ends(ends)
 return replies
 """
 )
-FINISH_KEYS, FINISH_ARGS = 10, 16  # a job's share of FINISH_MANY's KEYS and ARGV
+FINISH_KEYS, FINISH_ARGS = 11, 16  # a job's share of FINISH_MANY's KEYS and ARGV
 
 
 @frozen  # made for every job: frozen.py says why not @dataclass(frozen=True)
@@ -415,6 +437,7 @@ class Finish(ScriptCall):
     lock_ttl: int
     result: bytes = b""  # the return value as JSON; b'' = none (results.py)
     ended_channel: str = ""  # published on when the job ended; '' = none
+    waiter_key: str = "-"  # keys.result_waiter: publish only while it is set
 
     def keys(self) -> list[str]:
         return [
@@ -428,6 +451,7 @@ class Finish(ScriptCall):
             self.attempts_key,
             self.lock_key,
             self.result_key,
+            self.waiter_key,
         ]
 
     def argv(self) -> list[Arg]:
@@ -699,7 +723,7 @@ end
 # last two jobs at once are serialised by Redis). Only the call that removed
 # the payload from the in-progress list moves the workflow: a job requeued
 # from under us (a recovered orphan) runs again and is counted then.
-# KEYS and ARGV as FINISH (KEYS[1..10], ARGV[1..16], the result and the
+# KEYS and ARGV as FINISH (KEYS[1..11], ARGV[1..16], the result and the
 # channel always given), then the workflow part's ``k`` (the last 14 KEYS)
 # and ``a`` (the last 10 ARGV; WORKFLOW_FUNCTION), less the jid (ARGV[13])
 # and status TTL (ARGV[11]), which FINISH has already. Counted from the end,
@@ -712,9 +736,10 @@ FINISH_STEP = (
     + WORKFLOW_FUNCTION
     + SETTLE_WORKFLOW
     + """
-local counts, ttls = {}, {}
-local removed = finish_one(KEYS, ARGV, counts, ttls)
+local counts, ttls, ends = {}, {}, {}
+local removed = finish_one(KEYS, ARGV, counts, ttls, ends)
 count_all(counts, ttls)
+publish_ends(ends)
 if removed ~= 1 then return removed end
 local step_args = {unpack(ARGV, #ARGV - 9)}
 step_args[11], step_args[12] = ARGV[13], ARGV[11]

@@ -510,6 +510,7 @@ def finish_call(
         result=outcome.result if tracking and outcome.result is not None else b"",
         # An end wakes whoever waits in jobmaster.result (results.py).
         ended_channel=keys.ended_channel(outcome.jid) if tracking and ended else "",
+        waiter_key=keys.result_waiter(outcome.jid),
     )
     script = ctx.scripts.finish
     step: WorkflowStep | None = None

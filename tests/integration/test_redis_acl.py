@@ -233,11 +233,17 @@ def test_a_refused_read_is_an_error_that_names_the_grant(
     from jobmaster.errors import RedisPermissionError
 
     keys = Keys()
-    for user, grants in [("narrow", []), ("wider", [f"~{keys.result('*')}"])]:
+    waiting = [f"~{keys.result('*')}", f"~{keys.result_waiter('*')}"]
+    users = [
+        ("narrow", [], []),
+        ("wider", [f"~{keys.result('*')}"], []),
+        ("waits", waiting, ["+set"]),
+    ]
+    for user, grants, commands in users:
         admin.execute_command(
             "ACL", "SETUSER", user, "on", f">{PASSWORD}", "resetkeys",
             f"~{keys.status('*')}", f"~{keys.attempts('*')}", *grants, "nocommands", "+@read",
-            "+@connection", "+evalsha", "+script|load", "+script|exists", "+info",
+            "+@connection", "+evalsha", "+script|load", "+script|exists", "+info", *commands,
         )  # fmt: skip
     admin.set(keys.status("j1"), "complete")
     admin.set(keys.result("j1"), "42")
@@ -246,5 +252,7 @@ def test_a_refused_read_is_an_error_that_names_the_grant(
         narrow.result("j1")
     assert keys.result("j1") in str(refused.value)
     admin.set(keys.status("j2"), "queued")
-    with pytest.raises(RedisPermissionError, match=r"\+subscribe and &.*ended:\*"):
+    with pytest.raises(RedisPermissionError, match=r"~.*waiting:\*"):
         Client(user_url(private_redis, "wider")).result("j2", wait=2)
+    with pytest.raises(RedisPermissionError, match=r"\+subscribe and &.*ended:\*"):
+        Client(user_url(private_redis, "waits")).result("j2", wait=2)

@@ -327,6 +327,7 @@ def finish_call(raw: bytes, result: bytes, channel: str, *, status: str = "compl
         lock_ttl=0,
         result=result,
         ended_channel=channel,
+        waiter_key=K.result_waiter(JID),
     )
 
 
@@ -347,11 +348,40 @@ def message(pubsub: Any, kind: str = "message", timeout: float = 5) -> Any:
     return None
 
 
+def test_an_end_nobody_waits_for_is_not_published(client: Client, store: redis.Redis) -> None:
+    """No waiter's key: no PUBLISH (a command per job that nobody heard)."""
+    pubsub = listening(store, K.ended_channel(JID))
+    store.lpush(INPROG, b"job")
+    finish_call(b"job", b'{"a":1}', K.ended_channel(JID)).run(client.scripts.finish)
+    assert store.get(K.status(JID)) == b"complete"
+    assert message(pubsub, timeout=0.5) is None
+    pubsub.close()
+
+
+def test_a_waiting_result_sets_its_key_and_is_woken_by_the_end(
+    client: Client, store: redis.Redis
+) -> None:
+    store.set(K.status(JID), "working")
+    store.lpush(INPROG, b"job")
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(client.result(JID, wait=20)))
+    waiter.start()
+    wait_until(lambda: store.exists(K.result_waiter(JID)), timeout=5, message="waiter's key")
+    assert 20 < store.ttl(K.result_waiter(JID)) <= 25  # the wait and a margin
+    wait_until(lambda: store.pubsub_numsub(K.ended_channel(JID))[0][1] == 1, timeout=5)
+    began = time.monotonic()
+    finish_call(b"job", b'{"b":2}', K.ended_channel(JID)).run(client.scripts.finish)
+    waiter.join(10)
+    assert got == [{"b": 2}]
+    assert time.monotonic() - began < 2  # woken by the message, not the 5 s recheck
+
+
 def test_finish_stores_the_result_with_the_status_ttl_and_publishes_the_end(
     client: Client, store: redis.Redis
 ) -> None:
     pubsub = listening(store, K.ended_channel(JID))
     store.lpush(INPROG, b"job")
+    store.set(K.result_waiter(JID), 1, ex=60)  # as result(jid, wait=...) does first
     finish_call(b"job", b'{"a":1}', K.ended_channel(JID)).run(client.scripts.finish)
     assert message(pubsub) == b"complete"
     assert store.get(K.result(JID)) == b'{"a":1}'

@@ -57,6 +57,10 @@ def test_fetch_takes_several_jobs_in_one_step_across_queues_in_order(
     assert taken == [b"a1", b"a", b"a2", b"a", b"b1", b"b", b"b2", b"b"]
     assert store.lrange(INPROG, 0, -1) == [b"b2", b"b1", b"a2", b"a1"]
     assert fetch(scripts, ["a", "p", "b"], count=4) == [b"b3", b"b"]  # fewer: b ran dry
+    store.lpush(K.queue("a"), b"a3", b"a4", b"a5")
+    assert fetch(scripts, ["a"], count=2) == [b"a3", b"a", b"a4", b"a"]  # two LMOVEs
+    assert fetch(scripts, ["a"], count=2) == [b"a5", b"a"]
+    assert store.lrange(INPROG, 0, -1)[:3] == [b"a5", b"a4", b"a3"]
     assert fetch(scripts, ["a", "p", "b"], count=4) is None
     assert store.llen(K.queue("p")) == 1
 

@@ -58,6 +58,7 @@ FINISH_KEYS = {
     "attempts_key": 8,
     "lock_key": 9,
     "result_key": 10,
+    "waiter_key": 11,
 }
 FINISH_ARGV = {
     "payload": 1,
