@@ -142,8 +142,9 @@ class Push(ScriptCall):
 # runners of the process free at that moment: one round trip serves them
 # all), from the first queue in the given order and, if it runs dry, from the
 # next ones: an LMOVE, then one RPOP and one LPUSH for the rest, whatever the
-# count (a second LMOVE when one more is all that is wanted). The LMOVE comes first because Redis refuses it when full (OOM) and
-# then lets the script's later writes through: a full Redis takes no work
+# count (a second LMOVE when one more is all that is wanted). The LMOVE comes
+# first because Redis refuses it when full (OOM) and then lets the script's
+# later writes through: a full Redis takes no work
 # out of its queues (RPOP, which frees memory, would have passed, and the
 # job's outcome would then have grown Redis past its limit).
 # It does not mark the jobs "working": a job's status key is named after its
