@@ -219,8 +219,9 @@ def test_a_filter_that_drops_or_rewrites_a_record_is_obeyed(
     assert pipe.close() == ["public"]
 
 
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="filters return records from 3.12")
 def test_a_record_a_filter_returns_is_the_one_written(logger: logging.Logger, pipe: Pipe) -> None:
+    """From 3.12 a filter may return the record to log instead (a redacting
+    filter); before, what it returns only says yes or no, as logging does."""
     handler = attach(logger, pipe.stream)
 
     def redact(record: logging.LogRecord) -> logging.LogRecord:
@@ -230,7 +231,8 @@ def test_a_record_a_filter_returns_is_the_one_written(logger: logging.Logger, pi
 
     handler.addFilter(redact)
     logger.info("token %s", "s3cret")
-    assert pipe.close() == ["redacted"]
+    expected = "redacted" if sys.version_info >= (3, 12) else "token s3cret"
+    assert pipe.close() == [expected]
 
 
 def test_what_was_printed_before_comes_out_before_the_first_line(
