@@ -233,6 +233,9 @@ def test_self_check_requeues_an_entry_no_thread_is_running(
     LPUSH): the check took them as one entry and requeued one copy."""
     worker = running_worker(make_config())
     worker.manager.quiet()  # nothing fetched meanwhile: the entries below stay unclaimed
+    # A quiet, idle worker gives back once what its list holds (fetch.Feed's
+    # sweep): let it pass first, so that what follows is the self-check's doing.
+    wait_until(lambda: worker.manager.feed._swept, timeout=5, message="the quiet's sweep")
     payload = wire.build("tests.record", ["stuck"], {}, queue="default")
     jid = payload["jid"]
     raw = wire.encode(payload)
