@@ -117,7 +117,11 @@ class Manager:
     def finished(self, unit: Unit) -> None:
         if self.table.finished(unit) and self.table.spent and self.fetching.is_set():
             self.quiet()
-        self.core.free(unit)  # its runner is free (if its FINISH did not say so)
+        # Its runner is free: said already by its FINISH (the core set ``freed``
+        # before that call's reply reached this thread), else said now. A
+        # token per job would wake the core once more per job for nothing.
+        if not unit.freed:
+            self.core.free(unit)
 
     def bury(self, unit: Unit, reason: str) -> None:
         self.ctx.recovery.bury(self.ctx.inprogress_key, unit.raw, reason, unit.queue)
