@@ -115,26 +115,29 @@ class BoundJob(Generic[P, R]):
         return str(built["jid"]) if pushed else None  # None: a client middleware dropped it
 
 
-def refuse_async(func: Callable[..., Any], name: str) -> None:
-    """Raise TypeError for an ``async def`` job (or a callable whose ``__call__`` is).
+def is_async_job(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` is an ``async def`` job (or a callable whose ``__call__``
+    is, or a partial of one): it runs on its child's event loop (SPEC 12).
 
-    A worker would call it, get a coroutine that is never awaited, and record
-    the job complete with its body never run. Until async jobs are supported
-    (SPEC 12), decorating one fails at import, where it is seen at once.
+    An async generator is refused: its body would never run (a worker would
+    get an async iterator and record the job complete); generators are the
+    iterable jobs of SPEC 13.
     """
     call = getattr(func, "__call__", None)  # noqa: B004 - an instance's async __call__
-    if any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (func, call)):
+    candidates = (func, call, getattr(func, "func", None))  # a functools.partial's target
+    if any(inspect.isasyncgenfunction(f) for f in candidates if f is not None):
         raise TypeError(
-            f"job {name!r} is an async def function: async jobs are not supported yet; "
-            "make it a plain def (it may call asyncio.run(...))"
+            f"{getattr(func, '__qualname__', func)!r} is an async generator: a job is a "
+            "function or an async def function, not a generator"
         )
+    return any(inspect.iscoroutinefunction(f) for f in candidates if f is not None)
 
 
 class JobFunction(Generic[P, R]):
     """A function registered as a job."""
 
     def __init__(self, func: Callable[P, R], name: str, options: JobOptions) -> None:
-        refuse_async(func, name)
+        self.is_async = is_async_job(func)  # runs on its child's event loop
         self.func = func
         self.name = name
         self.job_options = options
@@ -241,8 +244,7 @@ def job(
     )
 
     def decorate(function: Callable[P, R]) -> JobFunction[P, R]:
-        shown = getattr(function, "__qualname__", type(function).__qualname__)  # an instance
-        refuse_async(function, name or shown)  # before the name is made: not a job at all
+        is_async_job(function)  # an async generator fails here, before its name is made
         job_name = name or f"{function.__module__}.{function.__qualname__}"
         return JobFunction(function, job_name, options)
 

@@ -23,6 +23,8 @@ class RegisteredJob(Protocol):
     def func(self) -> Callable[..., Any]: ...
     @property
     def job_options(self) -> JobOptions: ...
+    @property
+    def is_async(self) -> bool: ...  # an ``async def`` job: it runs on the event loop
 
 
 _JOBS: dict[str, RegisteredJob] = {}
@@ -51,6 +53,11 @@ def register(job: RegisteredJob) -> None:
 def lookup(name: object) -> RegisteredJob | None:
     """The registered job of that name, or None."""
     return _JOBS.get(name) if isinstance(name, str) else None
+
+
+def any_async() -> bool:
+    """Whether an ``async def`` job is registered (a child then runs an event loop)."""
+    return any(job.is_async for job in _JOBS.values())
 
 
 def names() -> list[str]:

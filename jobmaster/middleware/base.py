@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from collections.abc import Iterable
@@ -54,6 +55,14 @@ class Middleware:
     payload to push (changed or not) or None to not push it.
     Server side (in the worker): ``before_process(job)`` may raise ``Defer``;
     ``after_process(job, error)`` runs after the job, ``error`` None on success.
+
+    Around an ``async def`` job the worker awaits ``abefore_process`` and
+    ``aafter_process`` instead, inside the job's own task (its contextvars:
+    what a hook sets there, such as a tracing span, is current in the job).
+    Their defaults run the sync hooks in a thread of their own, so a sync
+    middleware works around async jobs unchanged and its Redis calls never
+    block the event loop; an async middleware overrides these two (and may
+    leave the sync ones as they are, if it serves only async jobs).
     """
 
     def before_enqueue(self, payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -64,6 +73,14 @@ class Middleware:
 
     def after_process(self, job: JobContext, error: BaseException | None) -> None:
         return None
+
+    async def abefore_process(self, job: JobContext) -> None:
+        if type(self).before_process is not Middleware.before_process:
+            await asyncio.to_thread(self.before_process, job)
+
+    async def aafter_process(self, job: JobContext, error: BaseException | None) -> None:
+        if type(self).after_process is not Middleware.after_process:
+            await asyncio.to_thread(self.after_process, job, error)
 
 
 _installed: list[Middleware] = []
@@ -130,6 +147,31 @@ def after_process(chain: list[Middleware], job: JobContext, error: BaseException
     for middleware in reversed(chain):
         try:
             middleware.after_process(job, error)
+        except Exception:
+            log.exception(
+                "middleware %s failed after jid=%s; ignored", type(middleware).__name__, job.jid
+            )
+
+
+async def abefore_process(chain: list[Middleware], job: JobContext) -> None:
+    """``before_process`` around an async job: each hook awaited, in order."""
+    for middleware in chain:
+        try:
+            await middleware.abefore_process(job)
+        except Defer:
+            raise
+        except Exception:
+            log.exception(
+                "middleware %s failed before jid=%s; ignored", type(middleware).__name__, job.jid
+            )
+
+
+async def aafter_process(
+    chain: list[Middleware], job: JobContext, error: BaseException | None
+) -> None:
+    for middleware in reversed(chain):
+        try:
+            await middleware.aafter_process(job, error)
         except Exception:
             log.exception(
                 "middleware %s failed after jid=%s; ignored", type(middleware).__name__, job.jid
