@@ -113,6 +113,9 @@ def cell(
         ]
         if partial := [p for p in partial if p]:
             return f"~{statistics.median(partial):,.0f} partial"
+        outs = [ok_out(results[name], workload, r) for r in range(len(runs))]
+        if stuck := [o for o in outs if o and not o.get("drained")]:
+            return f"{stuck[0].get('done', 0)}/{stuck[0].get('jobs')} done"
     return status_cell(results[name], workload)
 
 

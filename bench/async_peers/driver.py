@@ -32,12 +32,13 @@ sys.path.insert(1, str(PEERS_DIR))  # after this directory: cpu, marks, proctree
 import amarks  # noqa: E402
 import cpu  # noqa: E402
 import marks  # noqa: E402
+import proctree  # noqa: E402
 import redis  # noqa: E402
 from adapters import describe  # noqa: E402
-from proctree import exit_on_term  # noqa: E402
 from systems import SYSTEMS  # noqa: E402
 
 TEARDOWN_STOP_S = 10.0  # the pool's stop after the drain is not measured
+FIRST_DONE_S = 60.0  # no job done this long after the start: the system does not run them
 
 
 def load_peers_driver() -> ModuleType:
@@ -82,6 +83,10 @@ def measure(ctx: Any, workload: str, http_pid: int | None) -> dict[str, Any]:
     pool = ctx.new_pool()
     popen_at = time.time()
     pool.start()
+    if not proctree.wait_until(
+        lambda: not pool.running() or peers_driver.done_count(conn), FIRST_DONE_S, 0.005
+    ):  # e.g. a jobmaster whose children take async jobs but do not run them yet
+        raise RuntimeError(f"no job done {FIRST_DONE_S:g}s after start:\n{pool.log_tail()}")
     drained = peers_driver.drain(ctx, pool, queued, peers_driver.redis_pid(conn))
     calls_drain = counter.read() - calls_before - drained.pop("polls")  # less our GETs
     http_after = cpu.pid_cpu(http_pid) if http_pid else None
@@ -132,7 +137,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    exit_on_term()
+    proctree.exit_on_term()
     # The workers inherit these (bench/peers' worker_environment keeps the
     # environment, puts bench/peers first on PYTHONPATH): our apps, the server.
     os.environ["PYTHONPATH"] = str(HERE)
