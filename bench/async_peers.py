@@ -358,6 +358,7 @@ def measure_memory(url: str, tmp: Path, loop: str, args: argparse.Namespace) -> 
             out["busy"] = memory_of(child)
             out["same_child"] = child in master.children()
             out["running_seen"] = int(conn.get(amarks.STARTED_KEY) or 0)
+            out["jobmaster_busy"] = busy_by_heartbeat(client)
     except Exception as error:  # reported; the other figures stand
         return {**out, "ok": False, "error": f"{type(error).__name__}: {error}"}
     finally:
@@ -368,6 +369,17 @@ def measure_memory(url: str, tmp: Path, loop: str, args: argparse.Namespace) -> 
         out[f"{unit}_kib_per_job"] = extra * 1024 / count
     out["load_after"] = load1()
     return {**out, "ok": True}
+
+
+def busy_by_heartbeat(client: jobmaster.Client) -> int | str:
+    """jobmaster's own count of running jobs (``jobmaster stats``'s busy: the
+    children's last heartbeats, so it may lag), beside the jobs' own count."""
+    from jobmaster.api import Stats
+
+    try:
+        return int(Stats(client).busy)
+    except Exception as error:  # a cross-check only
+        return f"{type(error).__name__}: {error}"
 
 
 # -- the run ----------------------------------------------------------------------

@@ -93,9 +93,19 @@ def judge(table: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
+def versions(results: dict[str, Any]) -> dict[str, Any]:
+    """What ran in each column: its venv's versions, from its first good output."""
+    out: dict[str, Any] = {}
+    for name, system in results.items():
+        good = (o for run in system.get("runs", []) for o in run.values() if o.get("ok"))
+        first = next(good, None)
+        out[name] = first["versions"] if first else system.get("install", {}).get("status")
+    return out
+
+
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     table = medians(results)
-    return {"medians": table, "targets": judge(table)}
+    return {"versions": versions(results), "medians": table, "targets": judge(table)}
 
 
 # -- the table --------------------------------------------------------------------
@@ -180,6 +190,7 @@ def print_memory(memory: dict[str, Any], out: Any) -> None:
             f"USS {idle['uss_mib']:.1f} → {busy['uss_mib']:.1f} MiB "
             f"(+{m['uss_kib_per_job']:.1f} KiB a job), "
             f"RSS {idle['rss_mib']:.1f} → {busy['rss_mib']:.1f} MiB "
-            f"(+{m['rss_kib_per_job']:.1f} KiB a job)",
+            f"(+{m['rss_kib_per_job']:.1f} KiB a job); jobmaster's busy count "
+            f"{m.get('jobmaster_busy')}",
             file=out,
         )
