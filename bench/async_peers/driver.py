@@ -68,6 +68,22 @@ def window(conn: redis.Redis) -> dict[str, Any]:
     }
 
 
+def wait_first_done(ctx: Any, pool: Any) -> int:
+    """Until the first job is done (bench/peers' drain, which follows, would wait
+    out its whole deadline for a system that runs none); the GETs it made."""
+    polls = 0
+
+    def first_done() -> bool:
+        nonlocal polls
+        polls += 1
+        return not pool.running() or bool(peers_driver.done_count(ctx.conn))
+
+    if not proctree.wait_until(first_done, FIRST_DONE_S, 0.005):
+        # e.g. a jobmaster whose children take async jobs but cannot run them yet
+        raise RuntimeError(f"no job done {FIRST_DONE_S:g}s after start:\n{pool.log_tail()}")
+    return polls
+
+
 def measure(ctx: Any, workload: str, http_pid: int | None) -> dict[str, Any]:
     """Queue ``--jobs`` jobs of ``workload``, start the pool, time its drain."""
     count, conn = ctx.args.jobs, ctx.conn
@@ -83,12 +99,9 @@ def measure(ctx: Any, workload: str, http_pid: int | None) -> dict[str, Any]:
     pool = ctx.new_pool()
     popen_at = time.time()
     pool.start()
-    if not proctree.wait_until(
-        lambda: not pool.running() or peers_driver.done_count(conn), FIRST_DONE_S, 0.005
-    ):  # e.g. a jobmaster whose children take async jobs but do not run them yet
-        raise RuntimeError(f"no job done {FIRST_DONE_S:g}s after start:\n{pool.log_tail()}")
+    waits = wait_first_done(ctx, pool)
     drained = peers_driver.drain(ctx, pool, queued, peers_driver.redis_pid(conn))
-    calls_drain = counter.read() - calls_before - drained.pop("polls")  # less our GETs
+    calls_drain = counter.read() - calls_before - drained.pop("polls") - waits  # our GETs
     http_after = cpu.pid_cpu(http_pid) if http_pid else None
     stop = pool.terminate(min(ctx.args.stop_deadline, TEARDOWN_STOP_S))
     done = max(1, drained["done"])
