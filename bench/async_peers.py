@@ -422,6 +422,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"bench: killed {len(left)} leftover process(es): {left}", file=sys.stderr)
     return {
         "machine": {**machine, "python3": python3_version(args.python3), **load},
+        "jobmaster_commit": jobmaster_commit(),
         "http_server": {"loop": http_loop},
         "config": config_of(args),
         "systems": results,
@@ -455,6 +456,16 @@ def measure_column(
         out[workload] = result
     conn.close()
     return out
+
+
+def jobmaster_commit() -> str | None:
+    """The commit of the jobmaster that ran (its checkout's HEAD, + if modified)."""
+    where = str(Path(jobmaster.__file__).resolve().parent)
+    head = peers.run_quiet(["git", "-C", where, "rev-parse", "--short", "HEAD"], 30)
+    if head.returncode != 0:
+        return None
+    dirty = peers.run_quiet(["git", "-C", where, "status", "--porcelain", "--", "."], 30)
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def config_of(args: argparse.Namespace) -> dict[str, Any]:

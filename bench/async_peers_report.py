@@ -152,7 +152,8 @@ def print_table(report: dict[str, Any]) -> None:
         f"\npython {m['python']}  redis {m['redis']}  nproc {m['nproc']}  runs {c['runs']} "
         f"(medians)  jobs {c['jobs']:,}  2 worker processes each  "
         f"1-min load {m.get('load_at_start', 0):.2f} at start, {load} over the measures  "
-        f"HTTP server on {report['http_server']['loop']}",
+        f"HTTP server on {report['http_server']['loop']}  "
+        f"jobmaster {report.get('jobmaster_commit')}",
         file=out,
     )
     width = max(12, *(len(n) + 2 for n in names))
