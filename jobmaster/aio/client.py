@@ -169,3 +169,13 @@ async def _close_with_loop(mine: _LoopClients) -> AsyncIterator[None]:
                 await made.aclose()
             mine.made.clear()
             mine.by_client.clear()
+
+
+async def aresult(jid: str, wait: float = 0, *, client: Client | None = None) -> Any:
+    """``jobmaster.result`` on the asyncio client: the job's return value once it
+    is complete, waiting up to ``wait`` seconds on its ended channel (the
+    wait holds no thread and never blocks the loop). JobFailed, ResultPending,
+    UnknownJob as ``result`` raises them. ``client``: a sync client whose
+    Redis and namespace to use (default: the default client's)."""
+    found = await async_client(client)
+    return await found.result(jid, wait)
