@@ -30,6 +30,7 @@ T = TypeVar("T")
 log = logging.getLogger("jobmaster.connection")
 
 MIN_REDIS_VERSION = (6, 2)
+ASYNC_CONNECTIONS = 32  # per asyncio client: see aconnect
 EMBEDDED = "embedded"
 
 
@@ -92,6 +93,12 @@ def aconnect(target: RedisTarget) -> redis.asyncio.Redis:
     producer's pusher.py makes the same choice). A connection the server
     closed while idle is still replaced before anything is sent on it (the
     pool's check when a connection is taken).
+
+    At most ``ASYNC_CONNECTIONS`` connections per client (so per event
+    loop): a burst of concurrent calls waits for a free one, where redis-py's
+    default pool opened one per call in flight (10,000 ``aenqueue`` gathered
+    at once meant 10,000 connections, past Redis's ``maxclients``). Behind
+    Sentinel the pool is redis-py's Sentinel pool, which has no such bound.
     """
     options = _options(target)
     options["retry"] = AsyncRetry(NoBackoff(), 0)
@@ -100,7 +107,13 @@ def aconnect(target: RedisTarget) -> redis.asyncio.Redis:
         sentinel = AsyncSentinel(target.sentinel_addresses, sentinel_kwargs=asked)  # type: ignore[no-untyped-call]
         client: redis.asyncio.Redis = sentinel.master_for(target.sentinel_master, **primary)
         return client
-    return redis.asyncio.Redis.from_url(resolve_url(target.url, target.data_dir), **options)
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        resolve_url(target.url, target.data_dir),
+        max_connections=ASYNC_CONNECTIONS,
+        timeout=options["socket_timeout"],
+        **options,
+    )
+    return redis.asyncio.Redis.from_pool(pool)
 
 
 # How long a sentinel may take: one that is down is skipped for the next one,
