@@ -148,13 +148,16 @@ class Client(PushPlans):
         batch = plans.before_push(payloads)
         if not batch:
             return []
-        with plans.enqueue_errors(batch):
-            if plans.later(at):
+        due = plans.due(at)
+        try:
+            if due is not None:
                 schedule = self.redis.pipeline(transaction=True)
-                self.schedule_into(schedule, batch, float(at))  # type: ignore[arg-type]
+                self.schedule_into(schedule, batch, due)
                 schedule.execute()
             else:
                 self._push_now(batch, pipe)
+        except redis.RedisError as error:
+            raise plans.enqueue_error(batch, error) from error
         return batch
 
     def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
@@ -162,8 +165,10 @@ class Client(PushPlans):
         call = self.unique_call(payload, ttl, at)
         if call is None:
             return False
-        with plans.enqueue_errors([payload]):
+        try:
             return bool(call.run(self.scripts.push_unique))
+        except redis.RedisError as error:
+            raise plans.enqueue_error([payload], error) from error
 
     def _push_now(
         self, payloads: list[dict[str, Any]], pipe: redis.client.Pipeline | None = None

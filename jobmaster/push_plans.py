@@ -10,9 +10,8 @@ land the same payloads and fail the same way.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -29,9 +28,10 @@ from jobmaster.scripts import Push, PushUnique
 BULK_CHUNK = 1000  # payloads per PUSH call: one round trip per chunk
 
 
-def later(at: float | None) -> bool:
-    """Whether a push at ``at`` goes to the scheduled set (a time in the past: now)."""
-    return at is not None and float(at) > time.time()
+def due(at: float | None) -> float | None:
+    """``at`` if a push at ``at`` goes to the scheduled set; None: it goes to its
+    queue now (no time, or a time in the past)."""
+    return float(at) if at is not None and float(at) > time.time() else None
 
 
 def before_push(payloads: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -43,27 +43,25 @@ def _names(batch: list[dict[str, Any]]) -> str:
     return ", ".join(sorted({str(p.get("job")) for p in batch}))
 
 
-@contextlib.contextmanager
-def enqueue_errors(batch: list[dict[str, Any]], *, unsure: bool = False) -> Iterator[None]:
-    """Redis's errors as the caller sees them: ``EnqueueUnconfirmed`` when the
-    push may have run (its reply was lost), ``EnqueueError`` otherwise.
+def enqueue_error(
+    batch: list[dict[str, Any]], error: redis.RedisError, *, unsure: bool = False
+) -> EnqueueError:
+    """Redis's error as the caller sees it (raised ``from error``):
+    ``EnqueueUnconfirmed`` when the push may have run (its reply was lost),
+    ``EnqueueError`` otherwise. (A function, not a context manager: that
+    would cost a microsecond on every push.)
 
     ``unsure``: every connection error is a lost reply (the asyncio client
     cannot tell one sent from one not sent; neither is ever re-sent)."""
-    lost: tuple[type[BaseException], ...] = (
-        (LostReply, redis.ConnectionError, redis.TimeoutError) if unsure else (LostReply,)
-    )
-    try:
-        yield
-    except lost as error:
+    lost = (redis.ConnectionError, redis.TimeoutError) if unsure else LostReply
+    if isinstance(error, lost):
         jids = [str(p.get("jid")) for p in batch]
-        raise EnqueueUnconfirmed(
+        return EnqueueUnconfirmed(
             f"enqueue of {_names(batch)} (jid {', '.join(jids)}) unconfirmed: {error}; "
             "its status tells whether it landed (jobmaster status JID)",
             jids,
-        ) from error
-    except redis.RedisError as error:
-        raise EnqueueError(f"could not enqueue {_names(batch)}: {describe_error(error)}") from error
+        )
+    return EnqueueError(f"could not enqueue {_names(batch)}: {describe_error(error)}")
 
 
 class PushPlans:
@@ -138,22 +136,22 @@ class PushPlans:
             return None
         payload = changed
         queue, jid = str(payload["queue"]), str(payload["jid"])
-        is_later = later(at)
+        later = due(at) is not None
         payload["enqueued_at"] = time.time()
         return PushUnique(
             lock_key=self.keys.unique(str(payload["unique_digest"])),
-            target_key=self.keys.scheduled if is_later else self.keys.queue(queue),
+            target_key=self.keys.scheduled if later else self.keys.queue(queue),
             queues_key=self.keys.queues,
             status_key=self.keys.status(jid),
             jid=jid,
             lock_ttl=ttl,
             payload=wire.encode(payload),
-            target_kind="zset" if is_later else "queue",
+            target_kind="zset" if later else "queue",
             score=float(at or 0),
             queue=queue,
             wakeup_channel=self.keys.wakeup_channel(queue),
             # A scheduled one's status lives through its wait, then status_ttl.
             status_ttl=results.waiting_ttl(self.status_ttl, float(at or 0), time.time())
-            if is_later and self.status_ttl
+            if later and self.status_ttl
             else self.status_ttl,
         )

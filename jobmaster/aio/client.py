@@ -71,13 +71,16 @@ class AsyncClient(PushPlans):
         batch = plans.before_push(payloads)
         if not batch:
             return []
-        with plans.enqueue_errors(batch, unsure=True):
-            if plans.later(at):
+        due = plans.due(at)
+        try:
+            if due is not None:
                 schedule = self.redis.pipeline(transaction=True)
-                self.schedule_into(schedule, batch, float(at))  # type: ignore[arg-type]
+                self.schedule_into(schedule, batch, due)
                 await schedule.execute()
             else:
                 await self._push_now(batch, pipe)
+        except redis.RedisError as error:
+            raise plans.enqueue_error(batch, error, unsure=True) from error
         return batch
 
     async def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
@@ -85,8 +88,10 @@ class AsyncClient(PushPlans):
         call = self.unique_call(payload, ttl, at)
         if call is None:
             return False
-        with plans.enqueue_errors([payload], unsure=True):
+        try:
             return bool(await run(call, self.scripts.push_unique))
+        except redis.RedisError as error:
+            raise plans.enqueue_error([payload], error, unsure=True) from error
 
     async def _push_now(self, payloads: list[dict[str, Any]], pipe: Any = None) -> None:
         calls = self.grouped(payloads)
