@@ -28,10 +28,13 @@ from jobmaster import crypto, testing
 from jobmaster.aio import client as aio_client
 from jobmaster.client import Client
 from jobmaster.connection import aconnect
+from jobmaster.embedded import RedisServerProcess
 from jobmaster.errors import JobFailed, JobmasterError, ResultPending, UnknownJob
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as middleware
 from jobmaster.redis_target import RedisTarget
+from tests import acl
+from tests.tls import make_certificates, serving
 
 K = Keys()
 T = TypeVar("T")
@@ -439,3 +442,68 @@ def test_aconnect_opens_what_connect_opens(tmp_path: Any) -> None:
     sentinel = aconnect(RedisTarget(url=f"redis://:{PW}@x/1", sentinels=("s1:26379",)))
     assert type(sentinel.connection_pool).__name__ == "SentinelConnectionPool"
     assert sentinel.connection_pool.connection_kwargs["password"] == PW
+
+
+# -- the same configuration: ACL user, TLS ----------------------------------------------
+ACL_PASSWORD = "aio-acl-password-5c1e"  # noqa: S105 - a throwaway test server's
+
+
+def test_the_documented_producer_user_may_make_every_async_call(
+    private_redis: RedisServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer recipe of docs/redis-deployment.md grants what the asyncio
+    client sends (its scripts, its pipelines, the waiter key and SUBSCRIBE)."""
+    with private_redis.client() as admin:
+        admin.acl_log_reset()
+        acl.create_user(admin, acl.PRODUCER, ACL_PASSWORD, rule=acl.PRODUCER)
+        url = f"redis://{acl.PRODUCER}:{ACL_PASSWORD}@127.0.0.1:{private_redis.port}/0"
+        monkeypatch.setattr(jobmaster.client, "_default", None)
+        jobmaster.configure(url)
+
+        async def main() -> None:
+            queued_jid = await add.aenqueue(1, 2)
+            later_jid = await add.aenqueue_in(600, 3, 4)
+            assert queued_jid and later_jid
+            assert await unique_job.aenqueue("acl") is not None
+            b = jobmaster.batch(on_complete=batch_done.s())
+            async with b.ajobs():
+                await add.aenqueue(5, 6)
+            await jobmaster.achain(add.s(7, 8), add.s(9, 10))
+            with pytest.raises(ResultPending):
+                await jobmaster.aresult(queued_jid, wait=0.3)
+            assert await jobmaster.acancel(later_jid) is True
+            assert await jobmaster.acancel(queued_jid) is True
+
+        run(main)
+        assert acl.acl_log(admin) == []  # not one command was refused
+        assert admin.llen(K.queue("aio")) == 2  # the batch's job and the chain's first step
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    certs = make_certificates(tmp_path_factory.mktemp("certs"))
+    with serving(tmp_path_factory.mktemp("redis-tls"), certs) as server:
+        yield server, certs
+
+
+def test_a_producer_configured_for_mutual_tls_makes_its_async_calls_over_it(
+    tls_server: tuple[Any, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, certs = tls_server
+    path = tmp_path / "jobmaster.toml"
+    path.write_text(
+        f'redis_url = "{server.url}"\n'
+        f'redis_ssl_ca_certs = "{certs.ca}"\n'
+        f'redis_ssl_certfile = "{certs.client_cert}"\n'
+        f'redis_ssl_keyfile = "{certs.client_key}"\n'
+    )
+    for name in ("JOBMASTER_REDIS_URL", "REDIS_URL"):  # the file's rediss:// URL must win
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(jobmaster.client, "_default", None)
+    jobmaster.configure(config=path)
+    with server.client() as tls_store:
+        tls_store.flushall()
+        jid = run(lambda: add.aenqueue(1, 2))
+        assert [p["jid"] for p in queued(tls_store, "aio")] == [jid]
+        with pytest.raises(ResultPending):
+            run(lambda: jobmaster.aresult(str(jid), wait=0.2))
