@@ -27,6 +27,9 @@ job that settles the batch):
 
 A callback job gets its signature's arguments plus ``batch_id=``.
 
+On an event loop, ``async with b.ajobs():`` and ``await b.aadd(...)`` collect
+the same way and send the same BATCH_ADD (``_call``) on the asyncio client.
+
 Each job of a batch carries its callbacks' queues and jids
 (``batch_callbacks``): the script that may fire a callback must be given
 the keys it writes (its queue and status), and the job's outcome is where

@@ -17,6 +17,9 @@ not a failure yet.
 Each chain has a hash (keys.chain) with ``steps``, ``done``, ``state``
 (running, succeeded, failed) and the ``current`` step's jid:
 ``jobmaster.chain_status(cid)``.
+
+``await jobmaster.achain(...)`` starts a chain from code on an event loop:
+the same first payload and hash (``_Planned``), sent on the asyncio client.
 """
 
 from __future__ import annotations
