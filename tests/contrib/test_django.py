@@ -110,7 +110,10 @@ def worker(
         "DJANGO_TEST_MASTER_SESSION": str(session_file),
     }
     config = write_config(
-        app=["jobmaster.contrib.django"], processes=2, queues=["default", "emails"]
+        app=["jobmaster.contrib.django"],
+        processes=2,
+        queues=["default", "emails"],
+        max_crashes=1,  # a task that kills its process is buried at once
     )
     master = run_jobmaster("-c", str(config), env=env)
     wait_for_worker(store, master)
@@ -226,7 +229,7 @@ def postgres_sessions(name: str) -> set[int]:
 def test_failures_context_retries_defer_and_refusals(
     producer: Any, worker: tuple[JobmasterProcess, str, Path]
 ) -> None:
-    from jobmaster.contrib.django import compat
+    from jobmaster.contrib.django import DuplicateTask, compat
 
     tasks = producer
     refused = tasks.refuse.enqueue(5)
@@ -254,6 +257,21 @@ def test_failures_context_retries_defer_and_refusals(
     ran = finished(tasks.add, deferred.id)
     assert ran.started_at >= later
     assert ran.return_value["sum"] == 301
+
+    slow = finished(tasks.too_slow, tasks.too_slow.enqueue(30).id)
+    assert slow.status == compat.TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in slow.errors] == ["jobmaster.errors.JobTimeout"]
+
+    crashed = finished(tasks.crash, tasks.crash.enqueue().id)
+    assert crashed.status == compat.TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in crashed.errors] == ["jobmaster.errors.PoisonPill"]
+
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    first = tasks.sync_account.using(run_after=soon).enqueue(9)
+    with pytest.raises(DuplicateTask, match="unique"):
+        tasks.sync_account.enqueue(9)
+    assert finished(tasks.sync_account, first.id).return_value == 9
+    assert finished(tasks.sync_account, tasks.sync_account.enqueue(9).id).return_value == 9
 
     async_result = asyncio.run(tasks.wait_a_bit.aget_result(coroutine.id))
     wait_until(lambda: tasks.wait_a_bit.get_result(coroutine.id).is_finished, timeout=30)

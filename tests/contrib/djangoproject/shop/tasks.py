@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import time
 from typing import Any
 
 from django.db import connection
@@ -84,6 +86,23 @@ def second_time_lucky(context: compat.TaskContext, order: int) -> dict[str, Any]
     if context.attempt == 1:
         raise OutOfStock(f"order {order}: try again")
     return {"attempt": context.attempt, "id": context.task_result.id}
+
+
+@task(jobmaster_options={"timeout": 0.5})  # @task's extra keywords reach the backend
+def too_slow(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:  # Python code between sleeps: where a timeout lands
+        time.sleep(0.05)
+
+
+@task(jobmaster_options={"unique": "until_executed"})
+def sync_account(account: int) -> int:
+    return account
+
+
+@task
+def crash() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # its worker process dies under it
 
 
 @task
