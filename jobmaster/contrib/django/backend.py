@@ -38,7 +38,7 @@ import jobmaster
 from jobmaster import crypto, registry
 from jobmaster import payload as wire
 from jobmaster.client import Client, default_client
-from jobmaster.contrib.django import compat, records
+from jobmaster.contrib.django import compat, known, records, worker
 from jobmaster.errors import ConfigError
 from jobmaster.job import JobFunction
 from jobmaster.job_options import OPTION_NAMES, JobOptions
@@ -55,10 +55,6 @@ PRIORITY_REFUSED = (
     "(queue_name=...) and weigh that queue in the worker's queues setting "
     '(queues = ["urgent:5", "default"])'
 )
-
-# A task's module path -> the task (the first made: .using() copies share its
-# function) and the job that runs it.
-_TASKS: dict[str, compat.Task] = {}
 
 
 class DuplicateTask(Exception):
@@ -98,21 +94,14 @@ class JobmasterTask(compat.Task):
 
 def register(task: compat.Task) -> JobFunction[..., Any]:
     """The job that runs ``task`` (made once per module path)."""
-    from jobmaster.contrib.django import worker  # the worker's side of a task
-
     path = task.module_path
-    known = registry.lookup(path)
-    if path in _TASKS and isinstance(known, JobFunction):
-        return known
+    registered = registry.lookup(path)
+    if known.knows(path) and isinstance(registered, JobFunction):
+        return registered
     options = task.options_for_jobmaster() if isinstance(task, JobmasterTask) else {}
     made = jobmaster.job(name=path, queue=task.queue_name, **options)(worker.runner(path))
-    _TASKS[path] = task
+    known.remember(task)
     return made
-
-
-def task_named(path: object) -> compat.Task | None:
-    """The task registered under ``path`` in this process, or None."""
-    return _TASKS.get(path) if isinstance(path, str) else None
 
 
 class JobmasterBackend(compat.BaseTaskBackend):
@@ -205,7 +194,7 @@ class JobmasterBackend(compat.BaseTaskBackend):
         client = self.client
         jid = str(result_id)
         record = records.read(client.redis, client.keys, jid) if wire.key_safe(jid) else None
-        task = task_named(record.get("task")) if record else None
+        task = known.task_named(record.get("task")) if record else None
         if record is None or task is None:
             raise compat.TaskResultDoesNotExist(result_id)
         status = client.status(jid)

@@ -36,7 +36,7 @@ from django.utils.module_loading import autodiscover_modules
 
 import jobmaster
 from jobmaster.client import default_client
-from jobmaster.contrib.django import compat, records
+from jobmaster.contrib.django import compat, known, records
 from jobmaster.middleware import JobContext, Middleware
 
 log = logging.getLogger("jobmaster.contrib.django")
@@ -104,9 +104,7 @@ def runner(path: str) -> Callable[..., Any]:
     """The function the job named ``path`` runs: the Django task of that path."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        from jobmaster.contrib.django.backend import task_named
-
-        task = task_named(path)
+        task = known.task_named(path)
         if task is None:  # registered with the task: cannot be missing
             raise LookupError(f"no Django task {path} in this process")
         return _run(task, args, kwargs)
