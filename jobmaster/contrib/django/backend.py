@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.core import checks
 from django.utils import timezone
 
@@ -38,8 +37,8 @@ import jobmaster
 from jobmaster import crypto, registry
 from jobmaster import payload as wire
 from jobmaster.client import Client, default_client
-from jobmaster.contrib.django import compat, known, records, worker
-from jobmaster.errors import ConfigError
+from jobmaster.contrib.django import compat, known, records, results, worker
+from jobmaster.errors import ConfigError, EnqueueError
 from jobmaster.job import JobFunction
 from jobmaster.job_options import OPTION_NAMES, JobOptions
 from jobmaster.queue_names import queue_name
@@ -182,10 +181,13 @@ class JobmasterBackend(compat.BaseTaskBackend):
             raise
         if not pushed:
             client.redis.delete(records.key(client.keys, jid))
-            raise DuplicateTask(
-                f"{task.module_path} is unique and already enqueued or running: not enqueued"
-            )
-        result = self._result(task, jid, compat.TaskResultStatus.READY, record, [])
+            if options.unique is not None:
+                raise DuplicateTask(
+                    f"{task.module_path} is unique and already enqueued or running: not enqueued"
+                )
+            # Django's enqueue returns a result, which a job never pushed cannot have.
+            raise EnqueueError(f"{task.module_path}: a client middleware dropped it")
+        result = results.build(task, jid, compat.TaskResultStatus.READY, record, [], self.alias)
         compat.task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -198,9 +200,9 @@ class JobmasterBackend(compat.BaseTaskBackend):
         if record is None or task is None:
             raise compat.TaskResultDoesNotExist(result_id)
         status = client.status(jid)
-        state = _state(status, record)
-        errors = _errors(record, state, status)
-        result = self._result(task, jid, state, record, errors)
+        state = results.state(status, record)
+        errors = results.errors(record, state, status)
+        result = results.build(task, jid, state, record, errors, self.alias)
         if state == compat.TaskResultStatus.SUCCESSFUL:
             try:
                 value = client.result(jid)
@@ -208,32 +210,6 @@ class JobmasterBackend(compat.BaseTaskBackend):
                 value = None
             object.__setattr__(result, "_return_value", value)
         return result
-
-    def _result(
-        self,
-        task: compat.Task,
-        jid: str,
-        status: Any,
-        record: Mapping[str, Any],
-        errors: list[Any],
-    ) -> compat.TaskResult:
-        args = record.get("args")
-        kwargs = record.get("kwargs")
-        workers = record.get("worker_ids")
-        return compat.TaskResult(
-            task=task,
-            id=jid,
-            status=status,
-            enqueued_at=_when(record.get("enqueued_at")),
-            started_at=_when(record.get("started_at")),
-            finished_at=_when(record.get("finished_at")) if _ended(status) else None,
-            last_attempted_at=_when(record.get("last_attempted_at")),
-            args=args if isinstance(args, list) else [],
-            kwargs=kwargs if isinstance(kwargs, dict) else {},
-            backend=self.alias,
-            errors=errors,
-            worker_ids=[str(w) for w in workers] if isinstance(workers, list) else [],
-        )
 
     # -- checks --------------------------------------------------------------
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
@@ -312,76 +288,3 @@ def _unix(when: datetime.datetime) -> float:
     if timezone.is_naive(when):  # USE_TZ = False: Django's naive times are TIME_ZONE's
         when = timezone.make_aware(when, timezone.get_default_timezone())
     return when.timestamp()
-
-
-def _when(value: object) -> datetime.datetime | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        aware = datetime.datetime.fromtimestamp(value, tz=datetime.timezone.utc)
-    except (OverflowError, OSError, ValueError):  # forged
-        return None
-    if settings.USE_TZ:
-        return aware
-    naive: datetime.datetime = timezone.make_naive(aware, timezone.get_default_timezone())
-    return naive
-
-
-_READY = frozenset({"queued", "scheduled", "retrying"})
-_FAILED = frozenset({"dead", "failed", "cancelled", "expired", "skipped"})
-# What ended a task that raised nothing in our hands (its process died, a cancel).
-_NO_ERROR_CAUGHT = {
-    "dead": ("jobmaster.errors.PoisonPill", "the worker process died while running this task"),
-    "cancelled": ("jobmaster.errors.JobCancelled", "cancelled (jobmaster.cancel)"),
-    "expired": ("jobmaster.errors.JobmasterError", "not started within its expires_in"),
-    "skipped": ("jobmaster.errors.JobmasterError", "its batch was cancelled"),
-}
-
-
-def _state(status: str | None, record: Mapping[str, Any]) -> Any:
-    """Django's status from jobmaster's (or, once that expired or with
-    ``track_status`` off, from what the runs wrote)."""
-    states = compat.TaskResultStatus
-    if status == "complete":
-        return states.SUCCESSFUL
-    if status == "working":
-        return states.RUNNING
-    if status in _FAILED:
-        return states.FAILED
-    if status in _READY:
-        return states.READY
-    return _state_from_runs(record)
-
-
-def _state_from_runs(record: Mapping[str, Any]) -> Any:
-    states = compat.TaskResultStatus
-    runs, errors = record.get("worker_ids"), record.get("errors")
-    runs_count = len(runs) if isinstance(runs, list) else 0
-    errors_count = len(errors) if isinstance(errors, list) else 0
-    if runs_count == 0:
-        return states.READY
-    if not isinstance(record.get("finished_at"), int | float):
-        return states.RUNNING
-    return states.FAILED if errors_count >= runs_count else states.SUCCESSFUL
-
-
-def _ended(status: Any) -> bool:
-    return status in (compat.TaskResultStatus.SUCCESSFUL, compat.TaskResultStatus.FAILED)
-
-
-def _errors(record: Mapping[str, Any], state: Any, status: str | None) -> list[Any]:
-    kept = record.get("errors")
-    errors = [
-        compat.TaskError(
-            exception_class_path=str(e.get("exception_class_path")),
-            traceback=str(e.get("traceback")),
-        )
-        for e in (kept if isinstance(kept, list) else [])
-        if isinstance(e, dict)
-    ]
-    if state == compat.TaskResultStatus.FAILED and status in _NO_ERROR_CAUGHT:
-        runs = record.get("worker_ids")
-        if not errors or (isinstance(runs, list) and len(runs) > len(errors)):
-            path, text = _NO_ERROR_CAUGHT[str(status)]
-            errors.append(compat.TaskError(exception_class_path=path, traceback=text))
-    return errors

@@ -36,7 +36,7 @@ from django.utils.module_loading import autodiscover_modules
 
 import jobmaster
 from jobmaster.client import default_client
-from jobmaster.contrib.django import compat, known, records
+from jobmaster.contrib.django import compat, known, records, results
 from jobmaster.middleware import JobContext, Middleware
 
 log = logging.getLogger("jobmaster.contrib.django")
@@ -150,12 +150,7 @@ def _running(
     current = jobmaster.current_job()
     if current is not None and current.enqueued_at is not None:
         record["enqueued_at"] = current.enqueued_at
-    backend = task.get_backend()
-    build = getattr(backend, "_result", None)
-    if build is None:  # a task of another backend: cannot happen for a registered one
-        raise LookupError(f"{task.module_path}: its backend is not jobmaster's")
-    result: compat.TaskResult = build(task, jid, compat.TaskResultStatus.RUNNING, record, [])
-    return result
+    return results.build(task, jid, compat.TaskResultStatus.RUNNING, record, [], task.backend)
 
 
 def _send_finished(
