@@ -300,3 +300,28 @@ def test_the_backend_checks_its_settings(producer: Any) -> None:
     )
     ids = sorted(message.id for message in bad.check())
     assert ids == ["jobmaster.E001", "jobmaster.E002", "jobmaster.E003"]
+
+
+def test_the_management_command_runs_jobmaster_for_the_project(
+    write_config: Write, redis_url: str
+) -> None:
+    config = write_config(app=["jobmaster.contrib.django"], queues=["default", "emails"])
+    checked = subprocess.run(
+        [sys.executable, "-m", "django", "jobmaster", "check", "-c", str(config)],
+        check=False,  # its output is read first
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, "JOBMASTER_REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The worker runs exactly the tasks of the apps' tasks modules, by module path.
+    (jobs,) = [line for line in checked.stdout.splitlines() if line.startswith("jobs:")]
+    names = {name.strip() for name in jobs.partition(":")[2].split(",")}
+    shop = "tests.contrib.djangoproject.shop.tasks."
+    assert names == {shop + name for name in TASK_NAMES}
+
+
+TASK_NAMES = {"add", "crash", "refuse", "second_time_lucky", "sessions", "sync_account"}
+TASK_NAMES |= {"too_slow", "wait_a_bit"}

@@ -20,6 +20,7 @@ ROOT_URLCONF = "tests.contrib.djangoproject.urls"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "tests.contrib.djangoproject.shop",
+    "jobmaster.contrib.django",  # the jobmaster management command
     # Django >= 6 has django.tasks; before it, the backport is an app
     *([] if importlib.util.find_spec("django.tasks") else ["django_tasks"]),
 ]
