@@ -36,8 +36,9 @@ Each job runs in a Sentry isolation scope of its own carrying these tags,
 so what the job's code reports itself (``sentry_sdk.capture_message``) is
 tagged too, and one job's breadcrumbs never land on the next job's event.
 jobmaster's own line for a failed job (``job.dead``, an ERROR) would be a
-second event for the same failure: its logger is left out of Sentry's
-logging integration.
+second event for the same failure, and so would Django's for a failed task
+(jobmaster.contrib.django): those loggers are left out of Sentry's logging
+integration.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ log = logging.getLogger("jobmaster.contrib.sentry")
 Report = Literal["deaths", "failures"]
 GroupBy = Literal["job", "job+error", "sentry"]
 FLUSH_TIMEOUT = 2.0  # seconds a stopping child gives its queued events
+IGNORED_LOGGERS = ("jobmaster.worker.executor", "django.tasks", "django_tasks")
 
 # The job's isolation scope, entered by before_process and left by
 # after_process (the same thread, or the same asyncio task, for one job).
@@ -80,8 +82,10 @@ class SentryMiddleware(Middleware):
             raise ValueError(f"group_by must be 'job', 'job+error' or 'sentry', got {group_by!r}")
         self.report = report
         self.group_by = group_by
-        # The executor's end line of a failed job would be a second event.
-        ignore_logger("jobmaster.worker.executor")
+        # A failed job's end line would be a second event: jobmaster's, and
+        # Django's for a failed task (its task_finished receiver logs it).
+        for logger in IGNORED_LOGGERS:
+            ignore_logger(logger)
 
     # -- the hooks: the same for a thread's job and an async job's task --------
     def before_process(self, job: JobContext) -> None:
