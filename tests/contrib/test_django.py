@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import redis
 
-from jobmaster import exitcodes
+from jobmaster import crypto, exitcodes
 from tests.helpers import wait_until
 from tests.process.conftest import ROOT, JobmasterProcess, wait_for_worker
 
@@ -114,6 +114,7 @@ def worker(
         processes=2,
         queues=["default", "emails"],
         max_crashes=1,  # a task that kills its process is buried at once
+        secret_key=SECRET,  # encrypt=True tasks
     )
     master = run_jobmaster("-c", str(config), env=env)
     wait_for_worker(store, master)
@@ -262,6 +263,18 @@ def test_failures_context_retries_defer_and_refusals(
     assert slow.status == compat.TaskResultStatus.FAILED
     assert [e.exception_class_path for e in slow.errors] == ["jobmaster.errors.JobTimeout"]
 
+    crypto.set_keys(SECRET)
+    try:
+        card = tasks.charge_card.enqueue("4242-4242")
+    finally:
+        crypto.set_keys(None)
+    sealed = finished(tasks.charge_card, card.id)
+    assert sealed.status == compat.TaskResultStatus.FAILED
+    assert (sealed.args, sealed.kwargs) == ([], {})  # never kept in clear
+    (error,) = sealed.errors
+    assert error.exception_class is tasks.OutOfStock
+    assert "4242" not in error.traceback
+
     crashed = finished(tasks.crash, tasks.crash.enqueue().id)
     assert crashed.status == compat.TaskResultStatus.FAILED
     assert [e.exception_class_path for e in crashed.errors] == ["jobmaster.errors.PoisonPill"]
@@ -324,4 +337,5 @@ def test_the_management_command_runs_jobmaster_for_the_project(
 
 
 TASK_NAMES = {"add", "crash", "refuse", "second_time_lucky", "sessions", "sync_account"}
-TASK_NAMES |= {"too_slow", "wait_a_bit"}
+TASK_NAMES |= {"too_slow", "wait_a_bit", "charge_card"}
+SECRET = "a-secret-for-tests-only-0123456789"  # noqa: S105

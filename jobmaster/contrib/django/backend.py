@@ -165,8 +165,10 @@ class JobmasterBackend(compat.BaseTaskBackend):
             "task": task.module_path,
             "backend": self.alias,
             "queue": task.queue_name,
-            "args": built["args"],
-            "kwargs": built["kwargs"],
+            # An encrypt=True task's arguments are sealed in its payload: never
+            # kept in clear beside it (its TaskResult shows none).
+            "args": [] if options.encrypt else built["args"],
+            "kwargs": {} if options.encrypt else built["kwargs"],
             "enqueued_at": now,
         }
         wait = max(0.0, (at or now) - now)

@@ -35,11 +35,13 @@ from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 import jobmaster
+from jobmaster import registry
 from jobmaster.client import default_client
 from jobmaster.contrib.django import compat, known, records, results
 from jobmaster.middleware import JobContext, Middleware
 
 log = logging.getLogger("jobmaster.contrib.django")
+SEALED = "(not kept: the task is encrypt=True)"
 
 
 def setup() -> None:
@@ -131,7 +133,11 @@ def _run(task: compat.Task, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     except BaseException as error:
         path = f"{type(error).__module__}.{type(error).__qualname__}"
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        records.finished(client.redis, client.keys, jid, ttl, (path, text))
+        job = registry.lookup(task.module_path)
+        # An encrypt=True task's error text often quotes its arguments (SPEC §8):
+        # only its class is kept in clear.
+        kept = SEALED if job is not None and job.job_options.encrypt else text
+        records.finished(client.redis, client.keys, jid, ttl, (path, kept))
         _send_finished(backend, result, compat.TaskResultStatus.FAILED, path, text)
         raise
     records.finished(client.redis, client.keys, jid, ttl)

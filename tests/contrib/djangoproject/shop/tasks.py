@@ -100,6 +100,11 @@ def sync_account(account: int) -> int:
     return account
 
 
+@task(jobmaster_options={"encrypt": True})
+def charge_card(card: str) -> None:
+    raise OutOfStock(f"card {card} declined")
+
+
 @task
 def crash() -> None:
     os.kill(os.getpid(), signal.SIGKILL)  # its worker process dies under it
