@@ -47,8 +47,8 @@ else:
             from django_tasks import DEFAULT_TASK_QUEUE_NAME, task_backends
         except ImportError:
             raise ImportError(
-                "jobmaster.contrib.django needs Django >= 6.0 (django.tasks) or the "
-                "django-tasks backport: pip install 'jobmaster[django]'"
+                "jobmaster.contrib.django needs Django >= 6.0 (django.tasks) or, on an "
+                "older Django, the django-tasks backport: pip install django-tasks"
             ) from None
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import (
