@@ -39,8 +39,15 @@ POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 @pytest.fixture(scope="module")
 def shop() -> Any:
     """Django set up in this process (the producer), and the shop's tasks."""
+    saved = os.environ.get("DJANGO_SETTINGS_MODULE")
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    django.setup()
+    try:
+        django.setup()  # reads the variable once: later tests' processes need not see it
+    finally:
+        if saved is None:
+            del os.environ["DJANGO_SETTINGS_MODULE"]
+        else:
+            os.environ["DJANGO_SETTINGS_MODULE"] = saved
     from tests.contrib.djangoproject.shop import tasks
 
     return tasks
@@ -193,7 +200,13 @@ def test_tasks_enqueued_from_code_a_view_and_the_shell_run_in_forked_children(
     assert len({r.return_value["pid"] for r in results}) >= 1
 
     # Each child's warm-up query (on_child_start) ran before its first job.
-    warmed = finished(tasks.sessions, tasks.sessions.enqueue().id).return_value
+    warmed: list[str] = []
+
+    def both_warmed() -> bool:  # a child may still be starting: its warm-up comes first
+        warmed[:] = finished(tasks.sessions, tasks.sessions.enqueue().id).return_value
+        return len(warmed) >= 2
+
+    wait_until(both_warmed, timeout=30, message="both children's warm-up queries")
     assert len(warmed) == 2
     if database.startswith("postgres"):
         master_session = int(session_file.read_text())
@@ -237,6 +250,7 @@ def test_failures_context_retries_defer_and_refusals(
     lucky = tasks.second_time_lucky.enqueue(6)
     later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
     deferred = tasks.add.using(run_after=later).enqueue(300, 1)
+    assert tasks.add.get_result(deferred.id).status == compat.TaskResultStatus.READY
     coroutine = asyncio.run(tasks.wait_a_bit.aenqueue(8))
 
     failed = finished(tasks.refuse, refused.id)
@@ -254,7 +268,6 @@ def test_failures_context_retries_defer_and_refusals(
     assert retried.return_value == {"attempt": 2, "id": lucky.id}
     assert retried.attempts == 2 and len(retried.errors) == 1
 
-    assert tasks.add.get_result(deferred.id).status == compat.TaskResultStatus.READY
     ran = finished(tasks.add, deferred.id)
     assert ran.started_at >= later
     assert ran.return_value["sum"] == 301
@@ -279,7 +292,7 @@ def test_failures_context_retries_defer_and_refusals(
     assert crashed.status == compat.TaskResultStatus.FAILED
     assert [e.exception_class_path for e in crashed.errors] == ["jobmaster.errors.PoisonPill"]
 
-    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
     first = tasks.sync_account.using(run_after=soon).enqueue(9)
     with pytest.raises(DuplicateTask, match="unique"):
         tasks.sync_account.enqueue(9)

@@ -140,7 +140,8 @@ def test_each_attempt_is_a_span_of_the_same_trace_with_its_failure_recorded(
         assert span["links"] == [[trace_id, producer_id]]
         assert span["status"] == "ERROR"
         assert span["events"] == ["exception"]
-    assert store.zcard(K.dead) == 1
+    # The span ends in after_process, just before the outcome is recorded.
+    wait_until(lambda: store.zcard(K.dead) == 1, timeout=10, message="the job dead")
 
 
 def test_a_job_enqueued_by_a_job_stays_in_the_trace(

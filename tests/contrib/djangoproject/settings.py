@@ -25,6 +25,9 @@ INSTALLED_APPS = [
     *([] if importlib.util.find_spec("django.tasks") else ["django_tasks"]),
 ]
 MIDDLEWARE: list[str] = []
+# Django's logging setup would replace the handlers of the process that sets
+# it up: pytest's own, in the test process. The worker's logging is jobmaster's.
+LOGGING_CONFIG = None
 
 _database = os.environ.get("DJANGO_TEST_DATABASE", "")
 _engine, _, _name = _database.partition(":")
