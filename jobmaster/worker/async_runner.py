@@ -136,6 +136,11 @@ class AsyncRunner(threading.Thread):
         with contextlib.suppress(RuntimeError):  # closed: the process is ending
             loop.call_soon_threadsafe(self._begin, units)
 
+    @property
+    def loop_name(self) -> str:
+        """Which loop runs: "uvloop" or "asyncio" (for the start line)."""
+        return "uvloop" if type(self.loop).__module__.startswith("uvloop") else "asyncio"
+
     def close(self, timeout: float = 2.0) -> None:
         """At the stop, after the push back: the tasks still running are
         cancelled (their jobs are back on their queues, not ours to record),

@@ -121,7 +121,8 @@ class WorkerProcess:
         config = self.ctx.config
         loop = ""
         if self.manager.runner is not None:
-            loop = f" and an event loop for {config.async_concurrency} async jobs"
+            kind = self.manager.runner.loop_name
+            loop = f" and an event loop ({kind}) for {config.async_concurrency} async jobs"
         log.info(
             "worker %s started: queues %s, %d threads%s",
             self.ctx.name,

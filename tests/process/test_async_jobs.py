@@ -5,6 +5,7 @@ by a job noticed and named, and middleware around them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -62,7 +63,7 @@ def test_two_hundred_half_second_async_jobs_run_at_once_on_one_child_of_two_thre
     # At least 100 (async_concurrency) ran side by side: 100 started before any ended.
     assert len(set(done(store))) == 200
     assert {entry.rsplit(":", 1)[1] for entry in done(store)} == {str(child_pids(master)[0])}
-    assert "an event loop for 100 async jobs" in master.log()
+    assert "for 100 async jobs" in master.log()
     wait_until(lambda: not ProcessSet(store).running(), timeout=5, message="all acknowledged")
 
 
@@ -237,3 +238,29 @@ def test_current_job_inside_an_async_job(
     start(run_jobmaster, write_config, store)
     value = Client(redis_url).result(str(jid), wait=15)
     assert value == {"jid": jid, "name": "tests.async.who", "attempt": 1, "marker": "me"}
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_aenqueue_and_aresult_from_a_running_event_loop_on_either_loop(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis, loop: str
+) -> None:
+    """A web app's way: enqueue and wait for the result without blocking its
+    loop (a ticker keeps ticking), the job run on the worker's loop of either kind."""
+    master = start(run_jobmaster, write_config, store, async_loop=loop)
+    ticks: list[float] = []
+
+    async def app() -> object:
+        async def ticker() -> None:
+            while True:
+                ticks.append(0.0)
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(ticker())
+        jid = await async_jobs.nap.aenqueue("awaited", 0.5)
+        value = await jobmaster.aresult(str(jid), wait=15)
+        ticking.cancel()
+        return value
+
+    assert asyncio.run(app()) == "awaited"
+    assert len(ticks) > 20  # the app's loop ran on while it waited half a second
+    assert f"an event loop ({loop}) for 100 async jobs" in master.log()
