@@ -168,3 +168,10 @@ def test_work_runs_an_async_job_when_called_from_a_running_event_loop(client: Cl
 
     assert asyncio.run(an_async_test()) == Counter(done=1)
     assert client.status(str(jid)) == "complete"
+
+
+def test_a_chain_of_async_jobs_moves_on_and_keeps_each_result(client: Client) -> None:
+    cid = jobmaster.chain(async_jobs.who.s("first"), async_jobs.nap.s("second", 0.01))
+    assert testing.work() == Counter(done=2)
+    status = jobmaster.chain_status(cid)
+    assert status is not None and status["state"] == "succeeded" and status["done"] == 2

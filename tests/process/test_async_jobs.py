@@ -6,7 +6,6 @@ by a job noticed and named, and middleware around them."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ import redis
 import jobmaster
 from jobmaster.api import DeadSet, ProcessSet
 from jobmaster.client import Client
+from jobmaster.commands.processes import process_json
 from jobmaster.keys import Keys
 from tests import async_jobs
 from tests.helpers import wait_until
@@ -206,10 +206,11 @@ def test_a_job_blocking_the_loop_does_not_stop_other_jobs_being_acknowledged(
     assert not done(store)  # the blocker still holds its loop
 
     def shown() -> dict[str, object] | None:
+        """What ``jobmaster ps --json`` shows of the child's loop."""
         for process in ProcessSet(store).list():
-            blocked = process.info.get("loop_blocked")
+            blocked = process_json(process).get("loop_blocked")
             if blocked:
-                return dict(json.loads(blocked))
+                return dict(blocked)
         return None
 
     wait_until(shown, timeout=3, message="the blocked loop in the heartbeat")
@@ -264,3 +265,20 @@ def test_aenqueue_and_aresult_from_a_running_event_loop_on_either_loop(
     assert asyncio.run(app()) == "awaited"
     assert len(ticks) > 20  # the app's loop ran on while it waited half a second
     assert f"an event loop ({loop}) for 100 async jobs" in master.log()
+
+
+def test_a_child_gives_back_at_once_the_jobs_its_threads_have_no_room_for(
+    run_jobmaster: Run, write_config: Write, store: redis.Redis
+) -> None:
+    """A fetch for the loop's room may bring plain jobs: the child keeps only
+    what its thread can run, and the rest goes back for the other child (held
+    by the first, the second job would wait 2 s for its one thread)."""
+    master = start(run_jobmaster, write_config, store, processes=2, concurrency=1)
+    wait_until(lambda: len(ProcessSet(store).list()) == 3, timeout=15, message="two children")
+    for n in range(2):
+        async_jobs.sync_nap.enqueue(f"g{n}", 2.0)
+    wait_until(
+        lambda: store.llen("test:sync:started") == 2, timeout=1.5, message="both started at once"
+    )
+    wait_until(lambda: len(done(store, "test:sync:done")) == 2, timeout=10, message="both done")
+    assert "could not give back" not in master.log()
