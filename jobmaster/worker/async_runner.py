@@ -215,7 +215,7 @@ class AsyncRunner(threading.Thread):
         """A claimed job run and recorded, if still ours: processor.py's steps."""
         try:
             started = self.table.start(unit, slot, wait=False)
-            if started is None:  # a crash suspect runs alone: wait off the loop
+            if started is None:  # a crash suspect waits for its turn: off the loop
                 started = await asyncio.to_thread(self.table.start, unit, slot)
             if not started:
                 return  # a stop began while it waited for its turn: pushed back

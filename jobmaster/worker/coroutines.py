@@ -52,13 +52,14 @@ class TaskStopper:
     (``uncancel``), so the task records the outcome undisturbed.
     """
 
-    __slots__ = ("_active", "_cancelled", "loop", "task")
+    __slots__ = ("_active", "_cancelled", "_taken_back", "loop", "task")
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self._active = True
         self._cancelled = False
+        self._taken_back = False
 
     def interrupt(self, _kind: type[BaseException]) -> None:
         """Any thread: stop the job (the kind is read back from its scope)."""
@@ -76,6 +77,16 @@ class TaskStopper:
 
     def stopped(self) -> bool:
         """Whether this stopper cancelled the task (its request is taken back)."""
-        if self._cancelled and self.task is not None and hasattr(self.task, "uncancel"):
-            self.task.uncancel()  # 3.11+: the request was ours, and is handled
+        if self._cancelled and not self._taken_back:
+            self._taken_back = True
+            if self.task is not None and hasattr(self.task, "uncancel"):
+                self.task.uncancel()  # 3.11+: the request was ours, and is handled
         return self._cancelled
+
+    def cancelled_from_outside(self) -> bool:
+        """The task itself was cancelled, not by this stopper: the worker is
+        ending (its loop closing) and the job's outcome is not its to record.
+        (Python 3.10 cannot tell this from a job's own CancelledError.)"""
+        if self._cancelled or self.task is None or not hasattr(self.task, "cancelling"):
+            return False
+        return bool(self.task.cancelling())

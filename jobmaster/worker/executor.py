@@ -229,6 +229,8 @@ class Executor:
                 finally:
                     stopper.done()
         except BaseException as error:
+            if isinstance(error, asyncio.CancelledError) and stopper.cancelled_from_outside():
+                raise  # the loop is closing at a stop: no outcome, no end line
             error = scope.reason(error, stopper)
             if isinstance(error, JobTimeout) and not str(error):
                 error = JobTimeout(f"ran past its timeout of {job.timeout:g}s")
