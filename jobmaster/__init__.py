@@ -8,10 +8,13 @@ The producer API::
     def send_email(user_id: int, template: str) -> None: ...
 
     send_email.enqueue(42, "welcome")
+    await send_email.aenqueue(42, "welcome")  # on an event loop
 """
 
 from __future__ import annotations
 
+from jobmaster.aio.cancels import acancel
+from jobmaster.aio.client import aresult
 from jobmaster.api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, Stats, redis_info
 from jobmaster.api.cancels import cancel
 from jobmaster.client import Client, attempts, configure, result, status
@@ -32,7 +35,7 @@ from jobmaster.errors import (
 from jobmaster.job import JobFunction, job
 from jobmaster.lifecycle import on_child_start, on_child_stop, on_master_start
 from jobmaster.workflows.batch import Batch, batch, batch_status, current_batch
-from jobmaster.workflows.chain import chain, chain_status
+from jobmaster.workflows.chain import achain, chain, chain_status
 from jobmaster.workflows.signature import Signature
 
 __all__ = [
@@ -58,6 +61,9 @@ __all__ = [
     "Signature",
     "Stats",
     "UnknownJob",
+    "acancel",
+    "achain",
+    "aresult",
     "attempts",
     "batch",
     "batch_status",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,25 +20,24 @@ import redis
 
 from jobmaster import crypto, environment, results
 from jobmaster import payload as wire
-from jobmaster.connection import connect, describe_error
-from jobmaster.errors import EnqueueError, EnqueueUnconfirmed
+from jobmaster import push_plans as plans
+from jobmaster.connection import connect
 from jobmaster.keys import Keys
-from jobmaster.middleware import base as middleware
-from jobmaster.pusher import LostReply, Pusher
+from jobmaster.push_plans import PushPlans
+from jobmaster.pusher import Pusher
 from jobmaster.queue_names import queue_name
 from jobmaster.redis_target import DEFAULT_URL, RedisTarget, mask_url
-from jobmaster.scripts import Push, PushUnique, Scripts
+from jobmaster.scripts import Scripts
 
 if TYPE_CHECKING:
     from jobmaster.config import Config
 
 DEFAULT_STATUS_TTL = 86400.0
-BULK_CHUNK = 1000  # payloads per PUSH call: one round trip per chunk
 log = logging.getLogger("jobmaster.client")
 PUSH_FIELDS = {"job", "args", "kwargs", "queue", "retry", "at"}
 
 
-class Client:
+class Client(PushPlans):
     """Pushes jobs to one Redis and namespace."""
 
     def __init__(
@@ -50,8 +48,18 @@ class Client:
         data_dir: str | Path = ".jobmaster",
         connection: redis.Redis | None = None,
         status_ttl: float = DEFAULT_STATUS_TTL,
+        target: RedisTarget | None = None,
     ) -> None:
-        self.redis = connection or connect(redis_url or environment.redis_url(), data_dir=data_dir)
+        if connection is None:
+            target = target or RedisTarget(
+                url=redis_url or environment.redis_url(), data_dir=str(data_dir)
+            )
+            connection = connect(target)
+        self.redis = connection
+        # Where ``connection`` leads, when known: the ``a*`` calls open their
+        # asyncio connections there (aio/client.py); None for a connection
+        # made by the caller.
+        self.target = target
         self.keys = Keys(namespace)
         self.scripts = Scripts(self.redis)
         self.status_ttl = round(status_ttl)  # 0: status tracking off
@@ -67,8 +75,10 @@ class Client:
     def from_config(cls, config: Config) -> Client:
         """A client on the config's Redis (URL, credentials, TLS or Sentinel) and
         namespace, keeping job statuses as its workers do."""
+        target = RedisTarget.of(config)
         return cls(
-            connection=connect(RedisTarget.of(config)),
+            connection=connect(target),
+            target=target,
             namespace=config.namespace,
             status_ttl=config.status_ttl if config.track_status else 0.0,
         )
@@ -135,134 +145,55 @@ class Client:
         ``pipe``: a MULTI pipeline holding other commands that must happen
         with the push (a chain's hash), for a push now; it is executed with the
         push, and not at all if the client middleware dropped every payload."""
-        batch = [p for p in map(middleware.before_enqueue, payloads) if p is not None]
+        batch = plans.before_push(payloads)
         if not batch:
             return []
+        due = plans.due(at)
         try:
-            if at is not None and float(at) > time.time():
-                self._schedule(batch, float(at))
+            if due is not None:
+                schedule = self.redis.pipeline(transaction=True)
+                self.schedule_into(schedule, batch, due)
+                schedule.execute()
             else:
                 self._push_now(batch, pipe)
-        except LostReply as error:
-            jids = [str(p.get("jid")) for p in batch]
-            raise EnqueueUnconfirmed(
-                f"enqueue of {', '.join(sorted({str(p.get('job')) for p in batch}))} "
-                f"(jid {', '.join(jids)}) unconfirmed: {error}; its status tells whether "
-                "it landed (jobmaster status JID)",
-                jids,
-            ) from error
         except redis.RedisError as error:
-            names = sorted({str(p.get("job")) for p in batch})
-            raise EnqueueError(
-                f"could not enqueue {', '.join(names)}: {describe_error(error)}"
-            ) from error
+            raise plans.enqueue_error(batch, error) from error
         return batch
 
     def push_unique(self, payload: dict[str, Any], ttl: int, at: float | None = None) -> bool:
         """Push one unique job unless a job holds its lock (see unique.py); True if pushed."""
-        changed = middleware.before_enqueue(payload)
-        if changed is None:
+        call = self.unique_call(payload, ttl, at)
+        if call is None:
             return False
-        payload = changed
-        queue, jid = str(payload["queue"]), str(payload["jid"])
-        later = at is not None and float(at) > time.time()
-        payload["enqueued_at"] = time.time()
-        target = self.keys.scheduled if later else self.keys.queue(queue)
-        call = PushUnique(
-            lock_key=self.keys.unique(str(payload["unique_digest"])),
-            target_key=target,
-            queues_key=self.keys.queues,
-            status_key=self.keys.status(jid),
-            jid=jid,
-            lock_ttl=ttl,
-            payload=wire.encode(payload),
-            target_kind="zset" if later else "queue",
-            score=float(at or 0),
-            queue=queue,
-            wakeup_channel=self.keys.wakeup_channel(queue),
-            # A scheduled one's status lives through its wait, then status_ttl.
-            status_ttl=results.waiting_ttl(self.status_ttl, float(at or 0), time.time())
-            if later and self.status_ttl
-            else self.status_ttl,
-        )
         try:
             return bool(call.run(self.scripts.push_unique))
         except redis.RedisError as error:
-            raise EnqueueError(
-                f"could not enqueue {payload.get('job')}: {describe_error(error)}"
-            ) from error
+            raise plans.enqueue_error([payload], error) from error
 
     def _push_now(
         self, payloads: list[dict[str, Any]], pipe: redis.client.Pipeline | None = None
     ) -> None:
-        if len(payloads) == 1 and pipe is None:  # one job, as enqueue() pushes: no grouping
-            payloads[0]["enqueued_at"] = time.time()
-            self._push_one_queue(str(payloads[0]["queue"]), payloads)
-            return
-        now = time.time()
-        by_queue: dict[str, list[dict[str, Any]]] = {}
-        for payload in payloads:
-            payload["enqueued_at"] = now
-            by_queue.setdefault(str(payload["queue"]), []).append(payload)
-        calls = [
-            (queue, batch[start : start + BULK_CHUNK])
-            for queue, batch in by_queue.items()
-            for start in range(0, len(batch), BULK_CHUNK)
-        ]
+        calls = self.grouped(payloads)
         if len(calls) == 1 and pipe is None:
             self._push_one_queue(*calls[0])
             return
-        if len(by_queue) > 1 or pipe is not None:
-            # PUSH refuses a queue key of another type before any write, but
-            # only its own: the other calls, or the pipe's own commands (a
-            # chain's hash), would land without it. So their keys are read
-            # first: one round trip, off the one-queue path.
-            self._check_queues(list(by_queue))
+        queues = list(dict.fromkeys(queue for queue, _ in calls))
+        if len(queues) > 1 or pipe is not None:
+            # One round trip, off the one-queue path (PushPlans.check_types_into).
+            check = self.redis.pipeline(transaction=False)
+            self.check_types_into(check, queues)
+            self.wrong_type(queues, check.execute())
         pipe = pipe or self.redis.pipeline(transaction=False)
         for queue, chunk in calls:
-            self._push_call(queue, chunk).run(self.scripts.push, client=pipe)
+            self.push_call(queue, chunk).run(self.scripts.push, client=pipe)
         pipe.execute()
 
     def _push_one_queue(self, queue: str, chunk: list[dict[str, Any]]) -> None:
-        call = self._push_call(queue, chunk)
+        call = self.push_call(queue, chunk)
         if self.pusher is not None:
             self.pusher.run(call.keys(), call.argv())
         else:
             call.run(self.scripts.push)
-
-    def _check_queues(self, queues: list[str]) -> None:
-        """Raise, naming the key, if one of ``queues`` holds another type than a list."""
-        pipe = self.redis.pipeline(transaction=False)
-        for queue in queues:
-            pipe.type(self.keys.queue(queue))
-        for queue, held in zip(queues, pipe.execute(), strict=True):
-            kind = held.decode() if isinstance(held, bytes) else str(held)
-            if kind not in ("list", "none"):
-                key = self.keys.queue(queue)
-                raise redis.ResponseError(f"WRONGTYPE {key} holds a {kind}: nothing pushed")
-
-    def _push_call(self, queue: str, chunk: list[dict[str, Any]]) -> Push:
-        status = [self.keys.status(str(p["jid"])) for p in chunk] if self.status_ttl else []
-        return Push(
-            queue_key=self.keys.queue(queue),
-            queues_key=self.keys.queues,
-            queue=queue,
-            wakeup_channel=self.keys.wakeup_channel(queue),
-            status_ttl=self.status_ttl,
-            payloads=[wire.encode(p) for p in chunk],
-            status_keys=status,
-        )
-
-    def _schedule(self, payloads: list[dict[str, Any]], at: float) -> None:
-        pipe = self.redis.pipeline(transaction=True)  # never a status without its job
-        ttl = results.waiting_ttl(self.status_ttl, at, time.time())
-        for start in range(0, len(payloads), BULK_CHUNK):
-            chunk = payloads[start : start + BULK_CHUNK]
-            pipe.zadd(self.keys.scheduled, {wire.encode(p): at for p in chunk})
-            if self.status_ttl:
-                for payload in chunk:
-                    pipe.set(self.keys.status(str(payload["jid"])), "scheduled", ex=ttl)
-        pipe.execute()
 
     # -- what became of a job ---------------------------------------------
     def status(self, jid: str) -> str | None:
@@ -308,13 +239,15 @@ def configure(
     """
     global _default
     connection: redis.Redis | None = None
+    target: RedisTarget | None = None
     status_ttl = DEFAULT_STATUS_TTL
     if config is not None:
         from jobmaster.config import load_config  # config pulls in the whole settings table
 
         loaded = load_config(config)
         target = RedisTarget.of(loaded)
-        connection = connect(replace(target, url=redis_url) if redis_url else target)
+        target = replace(target, url=redis_url) if redis_url else target
+        connection = connect(target)
         namespace = namespace or loaded.namespace
         status_ttl = loaded.status_ttl if loaded.track_status else 0.0
         secret_key = loaded.secret_key if secret_key is None else secret_key
@@ -325,7 +258,11 @@ def configure(
         # rather than quietly replacing it with one built from the environment.
         return default_client()
     client = Client(
-        redis_url, namespace=namespace or "jobmaster", connection=connection, status_ttl=status_ttl
+        redis_url,
+        namespace=namespace or "jobmaster",
+        connection=connection,
+        status_ttl=status_ttl,
+        target=target,
     )
     with _default_lock:
         _default = client

@@ -2,11 +2,14 @@
 
 A decorated function stays callable as before (a plain call runs inline);
 ``enqueue``, ``enqueue_in``, ``enqueue_at`` and ``options(...)`` push it to
-Redis through the default client (client.py).
+Redis through the default client (client.py); ``aenqueue``, ``aenqueue_in``
+and ``aenqueue_at`` push the same payload through that client's asyncio
+twin (aio/client.py), for code running on an event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import functools
 import inspect
@@ -18,6 +21,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from jobmaster import crypto, registry
 from jobmaster import payload as wire
+from jobmaster.aio.client import async_client
 from jobmaster.backoff import DEFAULT_RETRY, Backoff
 from jobmaster.client import Client, default_client
 from jobmaster.current import running_job
@@ -70,6 +74,20 @@ class BoundJob(Generic[P, R]):
         """Push the job to run at ``when`` (datetime or unix time); its jid, or None."""
         return self._push(unix_time(when), args, kwargs)
 
+    async def aenqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """``enqueue`` on the asyncio client: the loop is never blocked."""
+        return await self._apush(None, args, kwargs)
+
+    async def aenqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """``enqueue_in`` on the asyncio client."""
+        return await self._apush(time.time() + float(seconds), args, kwargs)
+
+    async def aenqueue_at(
+        self, when: datetime.datetime | float, /, *args: P.args, **kwargs: P.kwargs
+    ) -> str | None:
+        """``enqueue_at`` on the asyncio client."""
+        return await self._apush(unix_time(when), args, kwargs)
+
     def s(self, /, *args: P.args, **kwargs: P.kwargs) -> Signature:
         """This call as data, for a chain step or a batch's job or callback."""
         options = self.job_options
@@ -81,9 +99,41 @@ class BoundJob(Generic[P, R]):
         fields = {"queue": options.queue, "retry": options.retry, **options.payload_fields()}
         return Signature(self.job.name, args, kwargs, fields)
 
+    # Both paths, sync and asyncio, build the payload and decide where it goes
+    # with the same methods; they differ only in the client that sends it.
     def _push(self, at: float | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        built = self._build(args, kwargs)
+        if INLINE.depth > 0:
+            return self._run_inline(built)
+        if self._collected_or_ready(built, at, args, kwargs):
+            return str(built["jid"])
+        client: Client = self.job.client or default_client()
+        unique = self.job_options.unique
+        if unique is not None:
+            locked = client.push_unique(built, lock_ttl(unique), at=at)
+            return str(built["jid"]) if locked else None
+        pushed = client.push_payloads([built], at=at)
+        return str(built["jid"]) if pushed else None  # None: a client middleware dropped it
+
+    async def _apush(
+        self, at: float | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> str | None:
+        built = self._build(args, kwargs)
+        if INLINE.depth > 0:
+            return await self._arun_inline(built)
+        if self._collected_or_ready(built, at, args, kwargs):
+            return str(built["jid"])
+        client = await async_client(self.job.client)
+        unique = self.job_options.unique
+        if unique is not None:
+            locked = await client.push_unique(built, lock_ttl(unique), at=at)
+            return str(built["jid"]) if locked else None
+        pushed = await client.push_payloads([built], at=at)
+        return str(built["jid"]) if pushed else None  # None: a client middleware dropped it
+
+    def _build(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         options = self.job_options
-        built = wire.build(
+        return wire.build(
             self.job.name,
             args,
             kwargs,
@@ -91,12 +141,14 @@ class BoundJob(Generic[P, R]):
             retry=options.retry,
             extra=options.payload_fields(),
         )
-        if INLINE.depth > 0:
-            # Round-trip through JSON so the job sees what a worker would pass it.
-            decoded = json.loads(wire.encode(built))
-            with running_job(decoded):  # jobmaster.current_job() as in a worker
-                self.job.func(*decoded["args"], **decoded["kwargs"])
-            return str(built["jid"])
+
+    def _collected_or_ready(
+        self, built: dict[str, Any], at: float | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """Seal the payload (encrypt), and either hand it to the batch whose
+        ``jobs()`` block is open (True: it is pushed with the batch) or make it
+        ready for its own push (a unique job's lock digest)."""
+        options = self.job_options
         if options.encrypt:  # after the inline run: that one gets the plain arguments
             crypto.seal_payload(built)
         batch = collecting()
@@ -104,15 +156,63 @@ class BoundJob(Generic[P, R]):
             if options.unique is not None:
                 raise ValueError(f"{self.job.name}: a unique job cannot join a batch")
             batch.collect(built, at)
-            return str(built["jid"])
-        client: Client = self.job.client or default_client()
+            return True
         if options.unique is not None:
             built["unique"] = options.unique
             built["unique_digest"] = digest(self.job.name, args, kwargs, options.unique_args)
-            locked = client.push_unique(built, lock_ttl(options.unique), at=at)
-            return str(built["jid"]) if locked else None
-        pushed = client.push_payloads([built], at=at)
-        return str(built["jid"]) if pushed else None  # None: a client middleware dropped it
+        return False
+
+    def _run_inline(self, built: dict[str, Any]) -> str:
+        """Run the job now, in this thread (``testing.inline()``). An async job
+        runs to its end on an event loop of its own: none may run here."""
+        decoded = _as_a_worker_sees_it(built)
+        with running_job(decoded):  # jobmaster.current_job() as in a worker
+            returned = self.job.func(*decoded["args"], **decoded["kwargs"])
+            if inspect.isawaitable(returned):
+                _run_to_end(returned, self.job.name)
+        return str(built["jid"])
+
+    async def _arun_inline(self, built: dict[str, Any]) -> str:
+        """``aenqueue`` inline: an async job is awaited here, a sync one runs in a
+        thread (``asyncio.to_thread``) so that it cannot block the loop."""
+        decoded = _as_a_worker_sees_it(built)
+        func, args, kwargs = self.job.func, decoded["args"], decoded["kwargs"]
+        if self.job.is_async:
+            with running_job(decoded):
+                await func(*args, **kwargs)  # type: ignore[misc]
+        else:
+
+            def call() -> None:
+                with running_job(decoded):
+                    func(*args, **kwargs)
+
+            await asyncio.to_thread(call)
+        return str(built["jid"])
+
+
+def _as_a_worker_sees_it(built: dict[str, Any]) -> dict[str, Any]:
+    """The payload round-tripped through JSON: the arguments a worker would pass."""
+    decoded: dict[str, Any] = json.loads(wire.encode(built))
+    return decoded
+
+
+def _run_to_end(awaitable: Any, name: str) -> None:
+    """An async job's coroutine, run inline by a sync ``enqueue``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop here: the usual case in a sync test
+        asyncio.run(_awaited(awaitable))
+        return
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()  # never awaited: closed, so Python does not warn about it
+    raise RuntimeError(
+        f"{name} is an async job, enqueued inline from inside a running event loop: "
+        f"use await {name.rpartition('.')[2]}.aenqueue(...) there"
+    )
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def is_async_job(func: Callable[..., Any]) -> bool:
@@ -171,6 +271,20 @@ class JobFunction(Generic[P, R]):
     def enqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Push the job to run ``seconds`` from now; its jid (None: a duplicate)."""
         return BoundJob(self, self.job_options).enqueue_in(seconds, *args, **kwargs)
+
+    async def aenqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """``enqueue`` on the asyncio client (SPEC 12): awaits Redis, never blocks the loop."""
+        return await BoundJob(self, self.job_options)._apush(None, args, kwargs)
+
+    async def aenqueue_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """``enqueue_in`` on the asyncio client."""
+        return await BoundJob(self, self.job_options).aenqueue_in(seconds, *args, **kwargs)
+
+    async def aenqueue_at(
+        self, when: datetime.datetime | float, /, *args: P.args, **kwargs: P.kwargs
+    ) -> str | None:
+        """``enqueue_at`` on the asyncio client."""
+        return await BoundJob(self, self.job_options).aenqueue_at(when, *args, **kwargs)
 
     def enqueue_at(
         self, when: datetime.datetime | float, /, *args: P.args, **kwargs: P.kwargs

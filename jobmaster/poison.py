@@ -11,8 +11,14 @@ list had started (slots.py):
 - a job fetched but not started did nothing: requeued as it was;
 - a job that ran alone when its child died is the culprit: counted;
 - jobs that ran side by side share the suspicion, and none is counted: each
-  is requeued as a ``crash_suspect`` and runs alone (running.py) until it
-  ends, so a second death names the one that causes it.
+  is requeued as a ``crash_suspect`` of one half of them (its value names
+  the half: this death and 0 or 1). A suspect runs only beside suspects of
+  its own half (running.py), so each further death halves the jobs the
+  culprit may be among, until it runs alone and is counted. Halving rather
+  than one at a time: a child running 100 async jobs when it died would
+  otherwise run them one by one, and a death costs log2(100) = 7 more
+  deaths at most to name the one that causes it. A half of one job, and a
+  suspect counted, is ``true``: it runs alone.
 
 Where nothing says which jobs had started (``started`` is None), every entry
 is counted, as before the slots existed.
@@ -24,6 +30,7 @@ so does a stop's push-back of a job that had started (``interrupted``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,9 +61,11 @@ def crash_triage(
             if digest(raw) not in started:
                 return payload, None  # not started: not to blame
             _cut_short(payload)
-            if len(started) > 1:
-                payload[SUSPECT] = True  # ran beside others: runs alone next time
+            if len(started) > 1:  # ran beside others: beside its half only next time
+                payload[SUSPECT] = _half(started, digest(raw))
                 return payload, None
+            if SUSPECT in payload:
+                payload[SUSPECT] = True  # counted: alone from now on
         if started is None:
             _cut_short(payload)
         count = _count(payload.get("crash_count")) + 1
@@ -72,6 +81,20 @@ def crash_triage(
         return payload, f"the worker process {event} while running this job {times}: {cause}"
 
     return triage
+
+
+def _half(started: Sequence[bytes], mine: bytes) -> str | bool:
+    """The suspect group of the job ``mine`` among the jobs that ran side by
+    side when a child died: this death's name and which half it is in (the
+    same for every job triaged for that death, whichever master triages it);
+    ``True`` (alone) for a half of one."""
+    ordered = sorted(started)
+    middle = (len(ordered) + 1) // 2
+    lower = ordered.index(mine) < middle
+    if (middle if lower else len(ordered) - middle) == 1:
+        return True
+    death = hashlib.blake2b(b"".join(ordered), digest_size=6).hexdigest()
+    return f"{death}.{0 if lower else 1}"
 
 
 def interrupted(started: Sequence[bytes]) -> Triage:

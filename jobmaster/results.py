@@ -27,7 +27,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from redis import exceptions as redis_errors
@@ -112,7 +112,12 @@ def read(connection: redis.Redis, keys: Keys, jid: str) -> Snapshot:
     pipe = connection.pipeline(transaction=False)
     pipe.get(keys.status(jid))
     pipe.get(keys.result(jid))
-    status, result = pipe.execute(raise_on_error=False)
+    return snapshot(keys, jid, pipe.execute(raise_on_error=False))
+
+
+def snapshot(keys: Keys, jid: str, replies: list[Any]) -> Snapshot:
+    """``read``'s two replies (status, result) as a Snapshot (aio/results.py too)."""
+    status, result = replies
     status = absent(status, keys.status(jid), "~" + keys.status("*"))
     result = absent(result, keys.result(jid), "~" + keys.result("*"))
     return Snapshot(
@@ -153,21 +158,45 @@ def newest(
     """
     key, grant = keys.attempts(jid), "~" + keys.attempts("*")
     pipe = connection.pipeline(transaction=False)
+    sized_into(pipe, key)
+    readable = worth_reading(jid, key, grant, pipe.execute(False))
+    if readable is not True:
+        return readable  # [] (none) or None (too large to be a worker's)
+    try:
+        peeked = peek_call(key, count).run(_peek_list(connection))
+    except redis_errors.ResponseError as error:
+        if wrong_type(error):
+            return []
+        raise refused(error, key, grant) from error
+    return peeked_attempts(peeked)
+
+
+def sized_into(pipe: Any, key: str) -> None:
+    """The attempts list's length and size, asked on ``pipe`` (``worth_reading``)."""
     pipe.llen(key)
     pipe.memory_usage(key, samples=0)  # every entry counted
-    length, used = (absent(reply, key, grant) for reply in pipe.execute(False))
+
+
+def worth_reading(
+    jid: str, key: str, grant: str, replies: list[Any]
+) -> Literal[True] | list[dict[str, Any]] | None:
+    """True when the attempts list is to be read; else what ``newest`` returns
+    without reading it: [] (none) or None (too large to be a worker's)."""
+    length, used = (absent(reply, key, grant) for reply in replies)
     if not length:
         return []
     if int(used or 0) > max(ATTEMPTS_READ, int(length)) * ATTEMPT_BYTES:
         log.warning("attempts of jid=%s hold %s bytes in %d entries: not read", jid, used, length)
         return None
-    call = PeekList(key=key, start=-count, stop=-1, keep=ATTEMPT_BYTES)
-    try:
-        peeked = call.run(_peek_list(connection))
-    except redis_errors.ResponseError as error:
-        if wrong_type(error):
-            return []
-        raise refused(error, key, grant) from error
+    return True
+
+
+def peek_call(key: str, count: int) -> PeekList:
+    return PeekList(key=key, start=-count, stop=-1, keep=ATTEMPT_BYTES)
+
+
+def peeked_attempts(peeked: list[Any]) -> list[dict[str, Any]]:
+    """PEEK_LIST's reply as attempts: JSON objects read whole only."""
     found = []
     for head, size in zip(peeked[::2], peeked[1::2], strict=True):
         attempt = _json_object(head) if int(size) <= len(head) else None
@@ -220,7 +249,21 @@ def failure(connection: redis.Redis, keys: Keys, found: Snapshot) -> tuple[str |
     (a poison pill, a payload that cannot run) has no such attempt: its
     dead-set entry holds the reason, found by ZSCAN on this rare path.
     """
-    last = newest(connection, keys, found.jid, 1)
+    told = told_by_attempt(newest(connection, keys, found.jid, 1), found)
+    if told is not None or found.status != "dead":
+        return told or (None, None)
+    try:
+        entry = _dead_entry(connection, keys, found.jid)
+    except RedisPermissionError as error:  # a producer's user: say so, still JobFailed
+        return None, dead_set_refused(error)
+    return told_by_dead_entry(entry, found.jid)
+
+
+def told_by_attempt(
+    last: list[dict[str, Any]] | None, found: Snapshot
+) -> tuple[str | None, str | None] | None:
+    """The failure as the job's last attempt tells it, if the worker decided
+    the end; None when the dead set must be asked (or nothing tells it)."""
     attempt = last[-1] if last else None
     if (
         attempt is not None
@@ -228,17 +271,20 @@ def failure(connection: redis.Redis, keys: Keys, found: Snapshot) -> tuple[str |
         and (attempt.get("error_class") or attempt.get("error_message"))
     ):
         return _text(attempt.get("error_class")), _error_message(attempt, found.jid)
-    if found.status != "dead":
-        return None, None
-    try:
-        entry = _dead_entry(connection, keys, found.jid)
-    except RedisPermissionError as error:  # a producer's user: say so, still JobFailed
-        return None, f"(the reason is in the dead set, which this Redis user may not read: {error})"
+    return None
+
+
+def dead_set_refused(error: RedisPermissionError) -> str:
+    return f"(the reason is in the dead set, which this Redis user may not read: {error})"
+
+
+def told_by_dead_entry(entry: dict[str, Any] | None, jid: str) -> tuple[str | None, str | None]:
+    """The failure as the job's dead-set entry tells it."""
     if entry is None:
         return None, None
     if "crash_count" in entry:  # buried by the master: it killed its worker process
         return "PoisonPill", _text(entry.get("dead_reason"))
-    message = _error_message(entry, found.jid) or _text(entry.get("dead_reason"))
+    message = _error_message(entry, jid) or _text(entry.get("dead_reason"))
     return _text(entry.get("error_class")), message
 
 
@@ -256,17 +302,28 @@ def _error_message(fields: dict[str, Any], jid: str) -> str | None:
 
 
 def _dead_entry(connection: redis.Redis, keys: Keys, jid: str) -> dict[str, Any] | None:
-    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in jid)
     try:
-        for member, _ in connection.zscan_iter(keys.dead, match=f"*{escaped}*", count=500):
-            entry = _json_object(member if len(member) <= PARSE_BYTES else None)
-            if entry is not None and entry.get("jid") == jid:
+        for member, _ in connection.zscan_iter(keys.dead, match=dead_match(jid), count=500):
+            entry = dead_entry_of(member, jid)
+            if entry is not None:
                 return entry
     except redis_errors.ResponseError as error:
         if wrong_type(error):  # the dead set's key holds another type
             return None
         raise refused(error, keys.dead, "~" + keys.dead) from error
     return None
+
+
+def dead_match(jid: str) -> str:
+    """The ZSCAN pattern of the dead-set entries that may be ``jid``'s."""
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in jid)
+    return f"*{escaped}*"
+
+
+def dead_entry_of(member: bytes, jid: str) -> dict[str, Any] | None:
+    """A dead-set member as ``jid``'s entry, or None if it is another's (or unreadable)."""
+    entry = _json_object(member if len(member) <= PARSE_BYTES else None)
+    return entry if entry is not None and entry.get("jid") == jid else None
 
 
 def _json_object(raw: bytes | str | None) -> dict[str, Any] | None:
@@ -299,12 +356,8 @@ def wait_end(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
     Raises ResultPending (it has not ended in time) or UnknownJob (no status).
     """
     found = read(connection, keys, jid)
-    if found.status is None:
-        raise UnknownJob(jid)
-    if found.ended:
+    if first_look(found, wait):
         return found
-    if not wait or wait <= 0:
-        raise ResultPending(jid, found.status, 0.0)
     started = time.monotonic()
     deadline = started + float(wait)
     _register(connection, keys, jid, wait)
@@ -314,22 +367,53 @@ def wait_end(connection: redis.Redis, keys: Keys, jid: str, wait: float = 0) -> 
             pubsub.subscribe(keys.ended_channel(jid))
             _confirmed(pubsub, deadline)
         except redis_errors.ResponseError as error:  # NOPERM: the ACL lacks the channel
-            grant = f"+subscribe and &{keys.ended_channel('*')}"
-            raise refused(error, f"SUBSCRIBE {keys.ended_channel(jid)}", grant) from error
+            raise subscribe_refused(error, keys, jid) from error
         while True:
             # Read after the subscription is confirmed: an end published
             # before it is seen here, one published after it wakes us.
             found = read(connection, keys, jid)
-            if found.status is None:
-                raise UnknownJob(jid)  # it expired while we waited
-            if found.ended:
+            left = left_to_wait(found, started, deadline)
+            if left is None:
                 return found
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ResultPending(jid, found.status, time.monotonic() - started)
             _message(pubsub, min(left, RECHECK_EVERY))
     finally:
         pubsub.close()
+
+
+def first_look(found: Snapshot, wait: float) -> bool:
+    """True if the job has ended; UnknownJob without a status, ResultPending
+    if it has not ended and ``wait`` is none: else the wait begins."""
+    if found.status is None:
+        raise UnknownJob(found.jid)
+    if found.ended:
+        return True
+    if not wait or wait <= 0:
+        raise ResultPending(found.jid, found.status, 0.0)
+    return False
+
+
+def left_to_wait(found: Snapshot, started: float, deadline: float) -> float | None:
+    """What a read during the wait means: None (it ended), the seconds left to
+    wait, UnknownJob (it expired while we waited) or ResultPending (time is up)."""
+    if found.status is None:
+        raise UnknownJob(found.jid)
+    if found.ended:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ResultPending(found.jid, found.status, time.monotonic() - started)
+    return left
+
+
+def subscribe_refused(error: redis_errors.ResponseError, keys: Keys, jid: str) -> Exception:
+    """A refused SUBSCRIBE as raised (NOPERM: the ACL lacks the channel)."""
+    grant = f"+subscribe and &{keys.ended_channel('*')}"
+    return refused(error, f"SUBSCRIBE {keys.ended_channel(jid)}", grant)
+
+
+def waiter(keys: Keys, jid: str, wait: float) -> tuple[str, int]:
+    """The waiter's key of ``jid`` and its TTL for a wait of ``wait`` seconds."""
+    return keys.result_waiter(jid), math.ceil(wait) + WAITER_MARGIN
 
 
 def _register(connection: redis.Redis, keys: Keys, jid: str, wait: float) -> None:
@@ -338,11 +422,15 @@ def _register(connection: redis.Redis, keys: Keys, jid: str, wait: float) -> Non
     PUBLISH per job cost a Redis command for each of them). Set before the
     subscription and the read that follows it, so an end recorded after the
     read always finds it; it outlives the wait, and several waiters share it."""
-    key = keys.result_waiter(jid)
+    key, ttl = waiter(keys, jid, wait)
     try:
-        connection.set(key, 1, ex=math.ceil(wait) + WAITER_MARGIN)
+        connection.set(key, 1, ex=ttl)
     except redis_errors.ResponseError as error:  # NOPERM: the ACL lacks the key
-        raise refused(error, f"SET {key}", f"~{keys.result_waiter('*')}") from error
+        raise waiter_refused(error, keys, key) from error
+
+
+def waiter_refused(error: redis_errors.ResponseError, keys: Keys, key: str) -> Exception:
+    return refused(error, f"SET {key}", f"~{keys.result_waiter('*')}")
 
 
 def _confirmed(pubsub: Any, deadline: float) -> None:

@@ -44,6 +44,7 @@ job, so its TTL follows where the job is:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -203,6 +204,57 @@ class Fetch(ScriptCall):
 
     def argv(self) -> list[Arg]:
         return [self.most, *(name for name, _ in self.queues)]
+
+
+# GIVE_BACK: jobs a fetch took beyond the room of the runners they need (a
+# process with thread and async runners cannot choose by kind what FETCH
+# takes: worker/fetch.py) go back to the front of their queues, in their
+# order, at once: never held by a process that cannot run them yet. Each is
+# moved only if still in the in-progress list (a stop's push back may have
+# moved it first); their status is untouched ("queued": they never started).
+# A queue that was empty before is woken, as PUSH wakes it, so an idle
+# process of the pool takes the job now rather than at its next look.
+# KEYS[1] in-progress list, KEYS[2..] queue lists (one per job, repeats allowed)
+# ARGV[1] wakeup channel prefix, then triples in the order of KEYS[2..]: the
+# payload as fetched, its queue name, the count of jobs given back to that
+# queue by this call (the wakeup's "N jobs arrived")
+# Returns the number of jobs given back. A queue key of another type (forged)
+# refuses its job, which stays in progress: the self-check's requeue buries it
+# with the reason.
+GIVE_BACK = """
+local given = 0
+for i = #KEYS, 2, -1 do
+  local payload = ARGV[3 * i - 4]
+  if redis.call('LREM', KEYS[1], 1, payload) == 1 then
+    local length = redis.pcall('RPUSH', KEYS[i], payload)
+    if type(length) == 'table' then
+      redis.call('LPUSH', KEYS[1], payload)
+    else
+      given = given + 1
+      if length == 1 then redis.call('PUBLISH', ARGV[1] .. ARGV[3 * i - 3], ARGV[3 * i - 2]) end
+    end
+  end
+end
+return given
+"""
+
+
+@dataclass(frozen=True)
+class GiveBack(ScriptCall):
+    inprogress_key: str
+    wakeup_prefix: str
+    # (payload, its queue name, its queue's key), oldest first
+    jobs: Sequence[tuple[bytes, str, str]]
+
+    def keys(self) -> list[str]:
+        return [self.inprogress_key, *(key for _, _, key in self.jobs)]
+
+    def argv(self) -> list[Arg]:
+        counts = Counter(queue for _, queue, _ in self.jobs)
+        args: list[Arg] = [self.wakeup_prefix]
+        for raw, queue, _ in self.jobs:
+            args += [raw, queue, counts[queue]]
+        return args
 
 
 # MARK: mark jobs that started as "working", each only if its payload is
@@ -1863,6 +1915,7 @@ class Scripts:
         self.push = client.register_script(PUSH)
         self.fetch = client.register_script(FETCH)
         self.mark = client.register_script(MARK)
+        self.give_back = client.register_script(GIVE_BACK)
         self.finish = client.register_script(FINISH)
         self.finish_many = client.register_script(FINISH_MANY)
         self.finish_step = client.register_script(FINISH_STEP)

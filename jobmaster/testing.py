@@ -4,6 +4,8 @@
 arguments round-tripped through JSON, as a worker would see them).
 ``drain()`` runs, in this process, every job waiting in the default
 client's queues (and, by default, every scheduled one), until none is left.
+An ``async def`` job runs to its end on an event loop of its own, under
+all three (from an async test too: on a thread of its own then).
 Exceptions from jobs propagate, so a failing job fails the test.
 ``work()`` runs them as a worker does instead: each outcome recorded by the
 worker's own scripts (retries, dead set, status, hooks), so chains move on
@@ -29,6 +31,7 @@ from jobmaster.current import running_job
 from jobmaster.identity import Identity
 from jobmaster.job import INLINE
 from jobmaster.worker.context import WorkerContext
+from jobmaster.worker.coroutines import run_coroutine
 from jobmaster.worker.executor import Executor
 from jobmaster.worker.fetch import Fetcher
 from jobmaster.worker.outcome import record, run_hook
@@ -69,7 +72,9 @@ def drain(client: Client | None = None, *, include_scheduled: bool = True) -> in
         # An encrypt=True job's, opened; refused in clear, as a worker refuses it.
         args, kwargs = crypto.arguments(payload, sealed=job.job_options.encrypt)
         with running_job(payload, queue):  # jobmaster.current_job() as in a worker
-            job.func(*args, **kwargs)
+            returned = job.func(*args, **kwargs)
+            if job.is_async:  # to its end on a loop of its own (coroutines.py)
+                run_coroutine(returned)
         ran += 1
 
 

@@ -128,20 +128,10 @@ class Canceller:
     def cancel(self, jid: str, wait: float = 0) -> Cancellation:
         """Cancel ``jid``; ``wait`` seconds for a running job's end (module docstring)."""
         keys = self.backend.keys
-        request = CancelRequest(
-            status_key=keys.status(jid),
-            cancels_key=keys.cancels,
-            cancelled_key=keys.stat(CANCELLED),
-            jid=jid,
-            keep_for=REQUEST_TTL,
-            most=MAX_REQUESTS,
-            future=FUTURE,
-            channel=keys.cancel_channel,
-        )
         try:
-            status, _ = request.run(self.backend.scripts.cancel_request)
+            status, _ = request_call(keys, jid).run(self.backend.scripts.cancel_request)
         except redis.ResponseError as error:  # NOPERM: say which grant the recipe has
-            raise refused(error, "the cancel request", _grants(keys)) from error
+            raise request_refused(error, keys) from error
         found = text(status) or None
         if found not in CANCELLABLE:
             return Cancellation(jid, False, found)
@@ -157,10 +147,8 @@ class Canceller:
         """Wait for the job's end: True only if it ended cancelled."""
         try:
             end = results.wait_end(self.backend.redis, self.backend.keys, jid, wait)
-        except ResultPending:
-            return Cancellation(jid, False, found, pending=True)
-        except UnknownJob:  # its status expired as we waited: nothing confirmed
-            return Cancellation(jid, False, found)
+        except (ResultPending, UnknownJob) as error:
+            return unconfirmed(jid, found, error)
         return Cancellation(jid, end.status == CANCELLED, found, ended_as=end.status)
 
     def _from_set(self, jid: str, place: str) -> str | None:
@@ -168,13 +156,7 @@ class Canceller:
         try:
             entry = job_set.find(jid)  # None too when the set's key was forged
         except redis.ResponseError as error:
-            if place != "retry" or not isinstance(error, redis.exceptions.NoPermissionError):
-                raise refused(error, job_set.key, "~" + job_set.key) from error
-            # The producer's user may not touch the retry set (docs/redis-deployment.md):
-            # the request made above stops the job when it is due and fetched.
-            log.info(
-                "cancel of jid=%s: the retry set is not this user's, the request stops it", jid
-            )
+            set_refused(error, place, job_set.key, jid)
             return None
         if entry is None:
             return None
@@ -185,34 +167,85 @@ class Canceller:
         if found is None:
             return None
         queue, raw, _ = found
-        if self._remove(queue.key, "list", raw, _decoded(raw), jid):
+        if self._remove(queue.key, "list", raw, decoded_entry(raw), jid):
             return f"queue {queue.name}"
         return None  # fetched as we looked: the request stops it
 
     def _remove(
         self, source: str, kind: str, raw: bytes, payload: dict[str, Any] | None, jid: str
     ) -> bool:
-        """One CANCEL (CANCEL_STEP for a batch or chain job: the batch counts a
-        failure, the chain stops), only if ``raw`` is still in ``source``."""
-        backend, keys = self.backend, self.backend.keys
-        lock = _unique_lock(payload)
-        call = Cancel(
-            source_key=source,
-            status_key=keys.status(jid),
-            lock_key=keys.unique(lock or "-"),
-            source_kind=kind,
-            entry=raw,
-            status=CANCELLED if backend.status_ttl else "",
-            unlock_jid=jid if lock else "",
-            status_ttl=backend.status_ttl or 1,
-            # wakes a jobmaster.result waiting on it (results.py)
-            ended_channel=keys.ended_channel(jid) if backend.status_ttl else "",
-        )
-        step = step_of(payload) if payload is not None else None
-        if step is None:
-            return bool(call.run(backend.scripts.cancel))
-        flow = workflow_step(keys, CANCELLED, step, bool(backend.status_ttl))
-        return bool(CancelStep(call, flow, jid).run(backend.scripts.cancel_step))
+        """One CANCEL (or CANCEL_STEP: ``removal``), only if ``raw`` is still in ``source``."""
+        backend = self.backend
+        call, script = removal(backend.keys, backend.status_ttl, source, kind, raw, payload, jid)
+        return bool(call.run(getattr(backend.scripts, script)))
+
+
+# What the sync Canceller and the asyncio one (aio/cancels.py) share: the
+# calls they send and what the replies mean.
+def request_call(keys: Keys, jid: str) -> CancelRequest:
+    """The cancel request of ``jid`` (step 1 of the module's docstring)."""
+    return CancelRequest(
+        status_key=keys.status(jid),
+        cancels_key=keys.cancels,
+        cancelled_key=keys.stat(CANCELLED),
+        jid=jid,
+        keep_for=REQUEST_TTL,
+        most=MAX_REQUESTS,
+        future=FUTURE,
+        channel=keys.cancel_channel,
+    )
+
+
+def request_refused(error: redis.ResponseError, keys: Keys) -> Exception:
+    """A refused request as raised: a NOPERM says which grant the recipe has."""
+    return refused(error, "the cancel request", _grants(keys))
+
+
+def unconfirmed(jid: str, found: str, error: ResultPending | UnknownJob) -> Cancellation:
+    """A wait for the job's end that ended without it: pending, or its status
+    expired as we waited (nothing confirmed)."""
+    return Cancellation(jid, False, found, pending=isinstance(error, ResultPending))
+
+
+def set_refused(error: redis.ResponseError, place: str, key: str, jid: str) -> None:
+    """Raise a refused read of a set, but for the producer's user's NOPERM on
+    the retry set (docs/redis-deployment.md): the request made before stops
+    the job when it is due and fetched."""
+    if place != "retry" or not isinstance(error, redis.exceptions.NoPermissionError):
+        raise refused(error, key, "~" + key) from error
+    log.info("cancel of jid=%s: the retry set is not this user's, the request stops it", jid)
+
+
+def removal(
+    keys: Keys,
+    status_ttl: int,
+    source: str,
+    kind: str,
+    raw: bytes,
+    payload: dict[str, Any] | None,
+    jid: str,
+) -> tuple[Cancel | CancelStep, str]:
+    """The CANCEL call that removes ``raw`` from ``source`` (a "list" or a
+    "zset"), and the name of its script: CANCEL_STEP for a batch or chain job
+    (the batch counts a failure, the chain stops)."""
+    lock = _unique_lock(payload)
+    call = Cancel(
+        source_key=source,
+        status_key=keys.status(jid),
+        lock_key=keys.unique(lock or "-"),
+        source_kind=kind,
+        entry=raw,
+        status=CANCELLED if status_ttl else "",
+        unlock_jid=jid if lock else "",
+        status_ttl=status_ttl or 1,
+        # wakes a jobmaster.result waiting on it (results.py)
+        ended_channel=keys.ended_channel(jid) if status_ttl else "",
+    )
+    step = step_of(payload) if payload is not None else None
+    if step is None:
+        return call, "cancel"
+    flow = workflow_step(keys, CANCELLED, step, bool(status_ttl))
+    return CancelStep(call, flow, jid), "cancel_step"
 
 
 def _grants(keys: Keys) -> str:
@@ -222,7 +255,7 @@ def _grants(keys: Keys) -> str:
     )
 
 
-def _decoded(raw: bytes) -> dict[str, Any] | None:
+def decoded_entry(raw: bytes) -> dict[str, Any] | None:
     try:
         return wire.decode(raw)
     except wire.BadPayload:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from jobmaster.api.base import Backend, Connection, as_bytes
 from jobmaster.api.records import JobRecord
@@ -44,6 +46,8 @@ PAGE = 500  # SSCAN's COUNT: members per round trip (a hint Redis keeps roughly)
 LISTED = 1000
 EXAMINED = 3000
 RUNNING_READ = 100  # entries of one in-progress list a view reads
+BLOCKED_FIELD = 2048  # the longest loop_blocked field read (a worker writes ~100 bytes)
+SHOWN = 200  # characters of a forged field shown
 # What identity.py writes: host:pid:nonce (no braces, no blanks), short.
 IDENTITY = re.compile(r"[^\s{}:]{1,255}:[0-9]{1,10}:[^\s{}:]{1,64}")
 
@@ -93,6 +97,32 @@ class Process:
             children=[c for c in info.get("children", "").split(",") if c],
             info=info,
         )
+
+    @property
+    def async_concurrency(self) -> int:
+        """A worker process's room for async jobs beside its threads (0: it runs
+        no event loop: its app has no async job, or it is older)."""
+        return int(number(self.info.get("async_concurrency")))
+
+    @property
+    def loop_blocked(self) -> dict[str, Any] | None:
+        """The job blocking this process's event loop now (``jid``, ``job``,
+        ``since``: unix time), as its heartbeat says; None when none does, or
+        when the field is not what a worker writes (anyone may write it)."""
+        raw = self.info.get("loop_blocked") or ""
+        if not raw or len(raw) > BLOCKED_FIELD:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(value, dict):
+            return None
+        return {
+            "jid": str(value.get("jid", "?"))[:SHOWN],
+            "job": str(value.get("job", "?"))[:SHOWN],
+            "since": number(value.get("since")),
+        }
 
     @property
     def max_child_mb(self) -> float:

@@ -73,6 +73,9 @@ def process_json(process: Process) -> dict[str, Any]:
     if process.role == "master":
         extra["memory_limit_mb"] = process.memory_limit_mb  # the container's; 0: none
         extra["memory_used_mb"] = process.memory_used_mb
+    elif process.async_concurrency:  # a worker with an event loop (async jobs)
+        extra["async_concurrency"] = process.async_concurrency
+        extra["loop_blocked"] = process.loop_blocked  # None, or the job blocking it now
     return {**data, **extra}
 
 

@@ -102,7 +102,9 @@ def fork_child(
     master_pid = os.getpid()
     read_fd, write_fd = os.pipe()
     requests_read, requests_write = os.pipe()
-    slots = StartedSlots(config.concurrency)
+    # A slot per job thread, then one per async job of its event loop (used
+    # only by an app with async jobs: the master may not have imported it).
+    slots = StartedSlots(config.concurrency + config.async_concurrency)
     # Objects the master made (the preloaded app) move to a generation the
     # garbage collector never scans: else a collection in a child writes to
     # each of them and copies their pages, undoing what preload shares. The

@@ -44,7 +44,7 @@ from jobmaster.api.cancels import MAX_REQUESTS
 from jobmaster.errors import JobCancelled
 from jobmaster.keys import Keys
 from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
-from jobmaster.worker.watchdog import raise_in_thread
+from jobmaster.worker.watchdog import Interrupt, raise_in_thread
 
 log = logging.getLogger("jobmaster.worker.cancels")
 
@@ -56,13 +56,19 @@ OVERLAP = 2.0  # seconds re-read below the cursor (same-instant writes, a failov
 FUTURE = 86400.0  # a score further ahead of our clock than this never moves the cursor
 
 
-@dataclass
+@dataclass(eq=False)
 class Watched:
-    """A job whose code runs in ``thread_id`` now."""
+    """A job whose code runs in ``thread_id`` now (or, with ``interrupt``, on
+    the event loop of that thread: an async job)."""
 
     jid: str
     thread_id: int
     fired: bool = False
+    interrupt: Interrupt | None = None  # None: raise in ``thread_id``
+
+    @property
+    def key(self) -> object:
+        return self.thread_id if self.interrupt is None else self
 
 
 class CancelWatch(threading.Thread):
@@ -79,7 +85,7 @@ class CancelWatch(threading.Thread):
         self._cursor = -math.inf  # the newest genuine score read
         self._low = -math.inf  # where the walk goes on: this score ...
         self._skip = 0  # ... less the members of that score it has read
-        self._running: dict[int, Watched] = {}  # thread id -> its job
+        self._running: dict[object, Watched] = {}  # thread id (or an async job's Watched) -> it
         self._lock = threading.Lock()
 
     # -- the job's side ------------------------------------------------------
@@ -98,20 +104,21 @@ class CancelWatch(threading.Thread):
         finally:
             self.unwatch(watched)
 
-    def watch(self, jid: str) -> Watched:
+    def watch(self, jid: str, interrupt: Interrupt | None = None) -> Watched:
         """``running`` in two calls, for the executor (which enters a job's
-        scopes in one object: worker/executor.py); ``unwatch`` must follow."""
+        scopes in one object: worker/executor.py); ``unwatch`` must follow.
+        ``interrupt``: how to stop the job (None: raise in this thread)."""
         with self._lock:
             if jid in self._requested:
                 raise JobCancelled(f"cancelled by jobmaster.cancel({jid!r})")
-            watched = Watched(jid, threading.get_ident())
-            self._running[watched.thread_id] = watched
+            watched = Watched(jid, threading.get_ident(), interrupt=interrupt)
+            self._running[watched.key] = watched
             return watched
 
     def unwatch(self, watched: Watched) -> None:
         with self._lock:
-            self._running.pop(watched.thread_id, None)
-            if watched.fired:
+            self._running.pop(watched.key, None)
+            if watched.fired and watched.interrupt is None:
                 # The job ended as the exception was sent: it must not
                 # surface later, in the processor's own code.
                 raise_in_thread(watched.thread_id, None)
@@ -182,7 +189,10 @@ class CancelWatch(threading.Thread):
             for watched in self._running.values():
                 if not watched.fired and watched.jid in self._requested:
                     watched.fired = True
-                    raise_in_thread(watched.thread_id, JobCancelled)
+                    if watched.interrupt is not None:
+                        watched.interrupt(JobCancelled)
+                    else:
+                        raise_in_thread(watched.thread_id, JobCancelled)
                     log.info("cancelling jid=%s", watched.jid, extra={"jid": watched.jid})
 
     def _read(self) -> None:

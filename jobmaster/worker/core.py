@@ -72,6 +72,8 @@ and otherwise sleeps on its inbox (a mark made while it sleeps wakes it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -162,6 +164,41 @@ class Call:
         else:
             self.reply = reply
         self.box.put(self)
+
+
+class LoopCall(Call):
+    """A call made by a coroutine (``IOCore.asend``): settled on the core's
+    thread, it resolves its future on the event loop's. The core never waits
+    on the loop (``call_soon_threadsafe`` only queues a callback), and a loop
+    blocked by a job delays only the moment its coroutine reads the reply."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(
+        self,
+        script: Script,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        frees: Runner | None = None,
+    ) -> None:
+        super().__init__(script, keys, args, frees)
+        self.loop = asyncio.get_running_loop()
+        self.future: asyncio.Future[None] = self.loop.create_future()
+
+    def settle(self, reply: Any) -> None:
+        self.settled = True
+        if isinstance(reply, Exception):
+            self.error = reply
+        else:
+            self.reply = reply
+        # A closed loop: the process is ending, nobody reads the reply.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(_resolve, self.future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Merged(Call):
@@ -289,14 +326,44 @@ class IOCore:
         calling runner that this call ends: the round trip that carries it
         also fetches the runner's next job.
         """
-        if settles is not None:
-            self._marks.pop(settles, None)
         call = Call(script, keys, args, frees)
-        if self.submit(call):
-            self._await(call)
+        self.send(call, settles)
         if call.error is not None:
             raise call.error
         return call.reply
+
+    def send(self, call: Call, settles: str | None = None) -> None:
+        """``call`` in the core's next round trip, waiting here until it is
+        settled (its ``reply`` or ``error`` set); ``settles`` as for ``call``."""
+        if settles is not None:
+            self._marks.pop(settles, None)
+        if self.submit(call):
+            self._await(call)
+
+    async def asend(self, call: LoopCall, settles: str | None = None) -> None:
+        """``send`` for a coroutine on an event loop: the loop runs on while the
+        call waits for its round trip (``LoopCall`` resolves its future on the
+        loop's thread)."""
+        if settles is not None:
+            self._marks.pop(settles, None)
+        if not self.submit(call):
+            return  # sent and settled here: no core runs (a stop's last moment)
+        if not self._closed.is_set():
+            # Put before the core was closed: its last drain, which follows
+            # the close, settles it (``_round``). No timer per call.
+            await call.future
+            return
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(call.future), REPLY_LOOK)
+                return
+            except asyncio.TimeoutError:
+                thread = self._thread
+                if thread is None or thread.is_alive():
+                    continue
+            if not call.settled:  # the core ended without taking it (see ``_await``)
+                self._send_pooled([call])
+            return
 
     def submit(self, call: Call) -> bool:
         """Hand ``call`` to the core's next round trip, without waiting; True

@@ -25,6 +25,7 @@ be secrets (``encrypt=True``) or personal data.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -37,12 +38,13 @@ from jobmaster import payload as wire
 from jobmaster.errors import JobCancelled, JobTimeout
 from jobmaster.keys import Keys
 from jobmaster.middleware import base as middleware
-from jobmaster.middleware.base import Defer, JobContext
+from jobmaster.middleware.base import Defer, JobContext, Middleware
 from jobmaster.registry import RegisteredJob
 from jobmaster.scripts import Scripts, Unlock
 from jobmaster.worker.cancels import CancelWatch, Watched
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.core import IOCore
+from jobmaster.worker.coroutines import TaskStopper, run_coroutine
 from jobmaster.worker.fetched import FetchedJob
 from jobmaster.worker.outcome import (
     Ending,
@@ -58,7 +60,7 @@ from jobmaster.worker.outcome import (
     conclude,
 )
 from jobmaster.worker.unit import Unit
-from jobmaster.worker.watchdog import Armed, Watchdog
+from jobmaster.worker.watchdog import Armed, Interrupt, Watchdog
 from jobmaster.workflows import batch, steps
 
 log = logging.getLogger("jobmaster.worker.executor")
@@ -93,40 +95,94 @@ class Executor:
         return cls(ctx.redis, ctx.keys, ctx.scripts, ctx.name, ctx.core, watchdog, cancels)
 
     def run(self, unit: Unit) -> Outcome:
-        """Run the job in ``unit`` and say how it ended (and when)."""
+        """Run the job in ``unit`` and say how it ended (and when). An async job
+        (``jobmaster.testing``: a worker runs those on its loop) runs to its end
+        on an event loop of its own."""
         started = time.time()
-        try:
-            job = FetchedJob.read(unit)
-        except wire.BadPayload as error:
-            outcome = bad_payload(unit.raw, str(error), unit.queue, started, time.time())
-            _log_buried(outcome, unit.queue, str(error))
-            return outcome
+        job = self._read(unit, started)
+        if isinstance(job, Outcome):
+            return job
+        if job.function is not None and job.function.is_async:
+            return run_coroutine(self.arun(unit, job))
         not_run = self._not_to_run(job, started)
         if not_run is not None:
             return self._end(job, not_run, started)
         function = job.function
         if function is None or job.refused is not None:
             return self._end(job, Refused(job.refused or "not registered"), started)
-        chain = [*middleware.installed(), *job.options.middleware]
-        around = None
-        if chain:
-            around = JobContext(
-                job.wire, job.queue, self.worker, self.client, self.keys, self.scripts
-            )
+        chain, around = self._around(job)
+        if around is not None:
             try:
                 middleware.before_process(chain, around)
             except Defer as held:
                 return self._end(job, HeldBack(held.seconds, str(held)), started)
-        _event(logging.INFO, "job.start", job, "start")
-        # "working", in a round trip made anyway (core.py)
-        status_key = self.keys.status(job.jid)
-        self.core.mark(status_key, job.raw)
+        status_key = self._starting(job)
         ending, took = self._call(job, function)
         self.core.ended(status_key)  # its mark is kept alive no more
         outcome = self._end(job, ending, started, took)
         if around is not None:
             middleware.after_process(chain, around, ending.error)
         return outcome
+
+    async def arun(self, unit: Unit, job: FetchedJob | None = None) -> Outcome:
+        """``run`` for an async job, on the event loop, step for step. The steps
+        that may wait on Redis (a batch job's cancelled flag, an
+        ``until_started`` lock, a sync middleware) run in a thread, so the loop
+        runs the other jobs meanwhile."""
+        started = time.time()
+        read = job if job is not None else self._read(unit, started)
+        if isinstance(read, Outcome):
+            return read
+        job = read
+        if job.step is not None:  # reads its batch's cancelled flag
+            not_run = await asyncio.to_thread(self._not_to_run, job, started)
+        else:
+            not_run = self._not_to_run(job, started)
+        if not_run is not None:
+            return self._end(job, not_run, started)
+        function = job.function
+        if function is None or job.refused is not None:
+            return self._end(job, Refused(job.refused or "not registered"), started)
+        chain, around = self._around(job)
+        if around is not None:
+            try:
+                await middleware.abefore_process(chain, around)
+            except Defer as held:
+                return self._end(job, HeldBack(held.seconds, str(held)), started)
+        status_key = self._starting(job)
+        ending, took = await self._acall(job, function)
+        self.core.ended(status_key)
+        outcome = self._end(job, ending, started, took)
+        if around is not None:
+            await middleware.aafter_process(chain, around, ending.error)
+        return outcome
+
+    @staticmethod
+    def _read(unit: Unit, started: float) -> FetchedJob | Outcome:
+        """The job read from its entry, or its dead-on-arrival outcome."""
+        try:
+            return FetchedJob.read(unit)
+        except wire.BadPayload as error:
+            outcome = bad_payload(unit.raw, str(error), unit.queue, started, time.time())
+            _log_buried(outcome, unit.queue, str(error))
+            return outcome
+
+    def _around(self, job: FetchedJob) -> tuple[list[Middleware], JobContext | None]:
+        """The middleware around the job, and what their hooks see (None: none)."""
+        chain = [*middleware.installed(), *job.options.middleware]
+        if not chain:
+            return chain, None
+        return chain, JobContext(
+            job.wire, job.queue, self.worker, self.client, self.keys, self.scripts
+        )
+
+    def _starting(self, job: FetchedJob) -> str:
+        """Its start line, and its "working" mark (in a round trip made anyway:
+        core.py); the status key the mark is under."""
+        _event(logging.INFO, "job.start", job, "start")
+        status_key = self.keys.status(job.jid)
+        self.core.mark(status_key, job.raw)
+        return status_key
 
     def _not_to_run(self, job: FetchedJob, now: float) -> Expired | Skipped | NotStarted | None:
         """Why a read job is not to run at all, if it is not: cheapest look first."""
@@ -153,6 +209,35 @@ class Executor:
             elif isinstance(error, JobCancelled) and not str(error):
                 error = JobCancelled("cancelled while running (jobmaster.cancel)")
             return Ran(error), time.monotonic() - started
+        return Ran(value=value), time.monotonic() - started
+
+    async def _acall(self, job: FetchedJob, function: RegisteredJob) -> tuple[Ran, float]:
+        """``_call`` for an async job: its coroutine awaited under its timeout
+        and cancel watch, which stop it by cancelling its task (a raise in the
+        loop's thread would hit whichever job runs there at that moment); the
+        ``CancelledError`` it raises is read as their reason."""
+        started = time.monotonic()
+        if job.until_started is not None:
+            await asyncio.to_thread(self._release_until_started, job)
+        args, kwargs = job.arguments
+        stopper = TaskStopper()
+        scope = Scope(job, self.watchdog, self.cancels, stopper.interrupt)
+        try:
+            with scope:
+                try:
+                    value = await function.func(*args, **kwargs)
+                finally:
+                    stopper.done()
+        except BaseException as error:
+            if isinstance(error, asyncio.CancelledError) and stopper.cancelled_from_outside():
+                raise  # the loop is closing at a stop: no outcome, no end line
+            error = scope.reason(error, stopper)
+            if isinstance(error, JobTimeout) and not str(error):
+                error = JobTimeout(f"ran past its timeout of {job.timeout:g}s")
+            elif isinstance(error, JobCancelled) and not str(error):
+                error = JobCancelled("cancelled while running (jobmaster.cancel)")
+            return Ran(error), time.monotonic() - started
+        stopper.stopped()  # a stop it swallowed is taken back all the same
         return Ran(value=value), time.monotonic() - started
 
     def _end(
@@ -186,14 +271,30 @@ class Scope:
     (~250 µs); this, about 3.
     """
 
-    __slots__ = ("_armed", "_batch", "_current", "_watched", "cancels", "job", "watchdog")
+    __slots__ = (
+        "_armed",
+        "_batch",
+        "_current",
+        "_watched",
+        "cancels",
+        "interrupt",
+        "job",
+        "watchdog",
+    )
 
     def __init__(
-        self, job: FetchedJob, watchdog: Watchdog | None, cancels: CancelWatch | None
+        self,
+        job: FetchedJob,
+        watchdog: Watchdog | None,
+        cancels: CancelWatch | None,
+        interrupt: Interrupt | None = None,
     ) -> None:
+        """``interrupt``: how the timeout and a cancel stop the job (None: an
+        exception raised in this thread)."""
         self.job = job
         self.watchdog = watchdog
         self.cancels = cancels
+        self.interrupt = interrupt
         self._watched: Watched | None = None
         self._armed: Armed | None = None
         self._batch: batch.RunningToken | None = None
@@ -203,14 +304,24 @@ class Scope:
         job = self.job
         try:
             if self.cancels is not None:  # raises JobCancelled if already asked
-                self._watched = self.cancels.watch(job.jid)
+                self._watched = self.cancels.watch(job.jid, self.interrupt)
             if self.watchdog is not None:
-                self._armed = self.watchdog.arm(job, job.timeout)
+                self._armed = self.watchdog.arm(job, job.timeout, self.interrupt)
             self._batch = batch.enter_running(job.payload)
             self._current = current.enter(job.wire, job.queue)
         except BaseException:
             self.__exit__(None, None, None)
             raise
+
+    def reason(self, error: BaseException, stopper: TaskStopper) -> BaseException:
+        """What an async job's ``CancelledError`` means: its timeout or its
+        cancel fired (the task was cancelled for it), else the error itself."""
+        if isinstance(error, asyncio.CancelledError) and stopper.stopped():
+            if self._armed is not None and self._armed.fired:
+                return JobTimeout()
+            if self._watched is not None and self._watched.fired:
+                return JobCancelled()
+        return error
 
     def __exit__(self, *_: object) -> None:
         try:

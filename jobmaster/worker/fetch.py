@@ -53,15 +53,16 @@ close on the timeout, so it never runs.
 from __future__ import annotations
 
 import logging
-import queue
 import random
 from collections import Counter
+from collections.abc import Callable
+from typing import cast
 
 import redis
 
 from jobmaster.connection import byte_list
 from jobmaster.outage import OUTAGE_BACKOFF, OutageLog
-from jobmaster.scripts import Fetch
+from jobmaster.scripts import Fetch, GiveBack
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.core import Call, Runner
 from jobmaster.worker.running import RunningTable
@@ -121,50 +122,104 @@ class Fetcher:
         return units[0] if units else None
 
 
+# Seconds before a pool whose room the fetch stopped asking for (its share
+# came back as jobs of the other kind) is asked for one job again.
+REPROBE = 1.0
+
+
+class Pool:
+    """One kind of runner of a process, as the feed counts it: its threads, or
+    its event loop's room for async jobs. ``hand`` gives it fetched jobs.
+
+    ``probe``: how many jobs a fetch asks for on this pool's account. A fetch
+    cannot choose by kind, so jobs fetched for the loop's room may need
+    threads (and come back at once: ``Feed.deliver``); each time that happens
+    the probe halves (to 0: asked again after REPROBE), each time the pool's
+    share comes back as its own kind it doubles. A pool of one kind only is
+    always asked for its whole room.
+    """
+
+    __slots__ = ("capacity", "hand", "held", "probe", "reprobe_at")
+
+    def __init__(self, capacity: int, hand: Callable[[list[Unit]], None]) -> None:
+        self.capacity = capacity
+        self.hand = hand
+        self.held = 0  # jobs handed to it (waiting or running) not freed again
+        self.probe = capacity
+        self.reprobe_at = 0.0
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.held
+
+    def asked(self, now: float) -> int:
+        free = self.free
+        if free <= 0:
+            return 0
+        if self.probe == 0 and now >= self.reprobe_at:
+            self.probe = 1
+        return min(free, self.probe)
+
+
 class Feed:
     """The I/O core's fetch duty (core.Feed) for the runners of one process.
 
     Every method but ``hungry`` runs on the core's thread: the counts need no
-    lock. ``held`` counts the jobs handed to runners (in ``ready`` or
-    claimed) whose runner has not been counted free again.
+    lock. The runners are one pool (threads) or two (threads, and an event
+    loop for async jobs: ``route`` says which a job needs, reading its name);
+    a fetch asks for as many jobs as they have room for, and a job beyond
+    the room of the pool it needs goes back to the front of its queue in the
+    next moment (``after_round``), so no process holds a job it cannot run
+    yet while another could.
     """
 
     def __init__(
         self,
         fetcher: Fetcher,
         table: RunningTable,
-        ready: queue.SimpleQueue[Unit | None],
-        runners: int,
+        pools: list[Pool],
+        route: Callable[[Unit], int] | None = None,
     ) -> None:
+        """``route``: the index in ``pools`` of the pool a job needs (None: one pool)."""
         self.fetcher = fetcher
         self.table = table
-        self.ready = ready
-        self.runners = runners
-        self.held = 0
+        self.pools = pools
+        self.route = route
         self.dry = False  # the last look found every queue empty (or paused)
         self.outage = OutageLog("fetch")
+        self._asked: list[int] = [0] * len(pools)
+        self._surplus: list[Unit] = []  # fetched beyond its pool's room: given back
         self._backoff_until = 0.0
         self._hungry = False  # read by other threads: runners wait on a dry look
         self._swept = False  # this quiet's sweep is done (``after_round``)
+
+    @property
+    def held(self) -> int:
+        """Jobs handed to runners (waiting or claimed) not counted free again."""
+        return sum(pool.held for pool in self.pools)
 
     def _free_runners(self) -> int:
         # Not bounded by what max_jobs_per_child has left: its runners run side
         # by side up to the end, as they always have (the job whose end makes
         # the process spent quiets it; one fetched with that end is given back).
-        return self.runners - self.held
+        return sum(max(0, pool.free) for pool in self.pools)
+
+    def _wanted(self, now: float) -> int:
+        self._asked = [pool.asked(now) for pool in self.pools]
+        return sum(self._asked)
 
     def due(self, now: float) -> bool:
         return (
             not self.dry
             and now >= self._backoff_until
             and self.table.fetching.is_set()
-            and self._free_runners() > 0
+            and self._wanted(now) > 0
         )
 
     def wanted(self, now: float) -> Call | None:
         if not self.due(now):
             return None
-        call = self.fetcher.request(self._free_runners())
+        call = self.fetcher.request(sum(self._asked))
         return Call(self.fetcher.ctx.scripts.fetch, call.keys(), call.argv())
 
     def woken(self) -> None:
@@ -173,7 +228,7 @@ class Feed:
     def freed(self, unit: Runner) -> None:
         if not unit.freed:
             unit.freed = True
-            self.held -= 1
+            self.pools[cast(Unit, unit).pool].held -= 1
             self._hungry = self.dry
 
     def deliver(self, call: Call, now: float) -> None:
@@ -184,14 +239,43 @@ class Feed:
             return
         self.outage.succeeded(now)
         units = self.fetcher.parse(call.reply)
-        self.held += len(units)
         wanted = int(call.args[0])  # Fetch's ARGV[1]: the most jobs to take
         # Fewer than asked: every queue is empty (or paused) now. A push that
         # fills one is heard (a wakeup), and the safety tick looks anyway.
         self.dry = len(units) < wanted
+        if self.route is None:
+            only = self.pools[0]
+            only.held += len(units)
+            only.hand(units)
+        else:
+            self._sort(units, now)
         self._hungry = self.dry and self._free_runners() > 0
+
+    def _sort(self, units: list[Unit], now: float) -> None:
+        """Each job to the pool it needs, up to that pool's room; the rest to
+        ``_surplus``. A pool whose share came back as the other kind is asked
+        for less next time, one whose share was all its own kind for more."""
+        route = cast(Callable[[Unit], int], self.route)
+        shares: list[list[Unit]] = [[] for _ in self.pools]
         for unit in units:
-            self.ready.put(unit)
+            unit.pool = route(unit)
+            shares[unit.pool].append(unit)
+        surplus = False
+        for pool, share in zip(self.pools, shares, strict=True):
+            room = max(0, pool.free)
+            if len(share) > room:
+                self._surplus += share[room:]
+                surplus = True
+            taken = share[:room]
+            pool.held += len(taken)
+            if taken:
+                pool.hand(taken)
+        for pool, share, asked in zip(self.pools, shares, self._asked, strict=True):
+            if surplus and len(share) < asked:
+                pool.probe //= 2
+                pool.reprobe_at = now + REPROBE
+            elif share and len(share) >= asked:
+                pool.probe = min(pool.capacity, max(1, pool.probe * 2))
 
     def backoff_until(self) -> float:
         return self._backoff_until
@@ -208,6 +292,8 @@ class Feed:
         a deploy) waited that long. Run on the core's thread, between its round
         trips: no fetch is in flight, and none begins until it is done.
         """
+        if self._surplus:
+            self._give_back()
         table = self.table
         if table.fetching.is_set():
             self._swept = False  # the next quiet sweeps again
@@ -227,6 +313,27 @@ class Feed:
                 "quiet: gave back %d in-progress job(s) that no thread was running: %s",
                 len(report.requeued) + len(report.buried),
                 ", ".join(report.requeued + report.buried),
+            )
+
+    def _give_back(self) -> None:
+        """The jobs fetched beyond their pool's room, back to the front of their
+        queues (GIVE_BACK). If Redis is away they stay in our in-progress list,
+        run by no runner: the quiet's sweep or the self-check requeues them."""
+        surplus, self._surplus = self._surplus, []
+        ctx, keys = self.fetcher.ctx, self.fetcher.queue_keys
+        call = GiveBack(
+            inprogress_key=ctx.inprogress_key,
+            wakeup_prefix=ctx.keys.wakeup_prefix,
+            jobs=[(unit.raw, unit.queue, keys[unit.queue]) for unit in surplus],
+        )
+        try:
+            call.run(ctx.scripts.give_back)
+        except redis.RedisError as error:
+            log.warning(
+                "could not give back %d job(s) fetched beyond the room of their runners "
+                "(%s); they stay in progress until the self-check requeues them",
+                len(surplus),
+                error,
             )
 
     @property

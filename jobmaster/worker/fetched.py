@@ -85,7 +85,7 @@ class FetchedJob:
     @classmethod
     def read(cls, unit: Unit) -> FetchedJob:
         """Decode ``unit`` once; raises ``payload.BadPayload`` if it is no job at all."""
-        payload = cast(Payload, wire.decode(unit.raw))
+        payload = cast(Payload, unit.payload or wire.decode(unit.raw))
         function = registry.lookup(payload["job"])
         arguments: Arguments = ([], {})
         refused = None

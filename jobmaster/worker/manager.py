@@ -22,16 +22,18 @@ from collections.abc import Callable, Sequence
 
 import redis
 
+from jobmaster import registry
 from jobmaster.connection import byte_list
 from jobmaster.metrics.jobs import JobMetrics
 from jobmaster.poison import interrupted
 from jobmaster.recovery import RecoveryReport, Triage
 from jobmaster.slots import StartedSlots
+from jobmaster.worker.async_runner import AsyncRunner, pool_of
 from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.executor import Executor
-from jobmaster.worker.fetch import Feed, Fetcher
-from jobmaster.worker.outcome import Outcome, record, run_hook
+from jobmaster.worker.fetch import Feed, Fetcher, Pool
+from jobmaster.worker.outcome import Outcome, arecord, arun_hook, record, run_hook
 from jobmaster.worker.processor import Processor
 from jobmaster.worker.running import RunningTable
 from jobmaster.worker.unit import Unit
@@ -72,13 +74,28 @@ class Manager:
         # our in-progress list; None wakes a runner to look at the stop.
         self.ready: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
         self.core = ctx.core
-        self.feed = Feed(self.fetcher, self.table, self.ready, ctx.config.concurrency)
+        executor = Executor.of(ctx, watchdog, cancels)
+        config = ctx.config
+        pools = [Pool(config.concurrency, self._hand_threads)]
+        # An event loop only for an app with async jobs (async_runner.py); its
+        # tasks' started slots follow the threads'.
+        self.runner: AsyncRunner | None = None
+        if registry.any_async():
+            self.runner = AsyncRunner(
+                self,
+                self.table,
+                executor,
+                capacity=config.async_concurrency,
+                first_slot=config.concurrency,
+                loop_kind=config.async_loop,
+            )
+            pools.append(Pool(config.async_concurrency, self.runner.hand))
+        self.feed = Feed(self.fetcher, self.table, pools, pool_of if self.runner else None)
         self.core.attach(self.feed)
         self.signal = CoreWakeups(self.core)
-        executor = Executor.of(ctx, watchdog, cancels)
         self.processors = [
             Processor(i, self, self.table, executor, ctx.stopping)
-            for i in range(ctx.config.concurrency)
+            for i in range(config.concurrency)
         ]
         self.listener = WakeupListener(ctx, self.signal, self.fetcher.names)
 
@@ -100,10 +117,29 @@ class Manager:
         # stop could look at the table between our check and our claim, push
         # the job back, and we would run it anyway.
         if not self.table.claim(unit):
-            self.give_back(unit)  # fetched as quiet or stop began
-            self.core.free(unit)
+            self.refuse(unit)  # fetched as quiet or stop began
             return None
         return unit
+
+    def _hand_threads(self, units: list[Unit]) -> None:
+        for unit in units:
+            self.ready.put(unit)
+
+    # -- the event loop's (async_runner.AsyncWork) ----------------------------
+    def claim(self, unit: Unit) -> bool:
+        return self.table.claim(unit)
+
+    def refuse(self, unit: Unit) -> None:
+        self.give_back(unit)
+        self.core.free(unit)
+
+    async def arecord(self, unit: Unit, outcome: Outcome) -> None:
+        """``record`` for an async job, on the loop (the FINISH awaited)."""
+        if self.table.may_record(unit) and await arecord(
+            self.ctx, unit.raw, outcome, unit.queue, frees=unit
+        ):
+            self.job_metrics.observe_outcome(outcome, unit.queue)
+            await arun_hook(outcome)
 
     def record(self, unit: Unit, outcome: Outcome) -> None:
         """Record a job's outcome, only if it is still ours (else it was pushed
@@ -162,6 +198,8 @@ class Manager:
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
+        if self.runner is not None:
+            self.runner.start()  # before the first fetch: jobs for it come with it
         self.core.start()
         self.listener.start()
         for processor in self.processors:
@@ -220,7 +258,14 @@ class Manager:
         self.core.barrier(FETCH_SETTLE)
         for _ in self.processors:
             self.ready.put(None)  # idle runners look at the stop now
-        queues = {unit.raw: unit.queue for unit in running}
+        try:
+            return self._push_back({unit.raw: unit.queue for unit in running}, triage)
+        finally:
+            if self.runner is not None:
+                self.runner.close()
+
+    def _push_back(self, queues: dict[bytes, str], triage: Triage) -> RecoveryReport:
+        """Everything in our in-progress list back to its queue (through ``triage``)."""
         deadline = time.monotonic() + PUSH_BACK_ATTEMPTS_FOR
         while True:
             try:

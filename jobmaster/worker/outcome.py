@@ -10,15 +10,17 @@ in-progress list, so a failure here can cause a second run, never a loss.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import inspect
 import json
 import logging
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import redis
 from redis.commands.core import Script
@@ -34,7 +36,7 @@ from jobmaster.scripts import Finish, FinishStep, ScriptCall, WorkflowStep
 from jobmaster.unique import LOCK_TTL
 from jobmaster.worker import returns
 from jobmaster.worker.context import DAY_COUNTER_TTL, WorkerContext
-from jobmaster.worker.core import Runner
+from jobmaster.worker.core import Call, LoopCall, Runner
 from jobmaster.workflows.steps import Step, step_of, workflow_step
 
 if TYPE_CHECKING:
@@ -438,6 +440,24 @@ def run_hook(outcome: Outcome) -> None:
         )
 
 
+async def arun_hook(outcome: Outcome) -> None:
+    """``run_hook`` for an async job: an ``async def`` hook is awaited on the
+    loop, a plain one runs in a thread (it may block: send a mail, query)."""
+    if outcome.hook is None:
+        return
+    try:
+        returned = await asyncio.to_thread(outcome.hook)
+        if inspect.isawaitable(returned):
+            await returned
+    except Exception:
+        log.exception(
+            "hook of jid=%s job=%s failed",
+            outcome.jid,
+            outcome.job,
+            extra={"jid": outcome.jid, "job": outcome.job},
+        )
+
+
 def finish_call(
     ctx: WorkerContext, raw: bytes, outcome: Outcome, queue: str = ""
 ) -> tuple[Script, ScriptCall, Finish, str]:
@@ -523,21 +543,27 @@ def finish_call(
     return script, call, finish, target
 
 
-def record(
+Sent = tuple[Call, str]  # a FINISH to send, and the status key it writes
+Pause = float  # seconds to wait before the next attempt
+Recorded = bool | TargetRefused  # the end of a recording (see ``recording``)
+
+
+def recording(
     ctx: WorkerContext,
     raw: bytes,
     outcome: Outcome,
-    queue: str = "",
-    *,
-    frees: Runner | None = None,
-) -> bool:
-    """Store the outcome and acknowledge the job; True once Redis has it, False
-    if Redis stayed away, if the job was no longer ours to record, or if the
-    outcome can land nowhere (``_refused``). ``frees``: the runner's job
-    (fetch.Unit) when its own runner records it: that runner is free for the
-    job fetched in the same round trip.
+    queue: str,
+    frees: Runner | None,
+    make: type[Call],
+) -> Generator[Sent | Pause, None, Recorded]:
+    """The steps of recording ``outcome``, whoever waits between them: a job
+    thread (``record``) or a coroutine on the event loop (``arecord``).
+
+    Yields the FINISH to send (settled once the step resumes) or a pause;
+    returns whether Redis has the outcome, or the set that refused it.
     """
-    script, call, finish, target = finish_call(ctx, raw, outcome, queue)
+    script, finish_args, finish, target = finish_call(ctx, raw, outcome, queue)
+    keys, argv = finish_args.keys(), finish_args.argv()
     deadline = time.monotonic() + RECORD_ATTEMPTS_FOR
     delay = 0.1
     # A reply lost to a timeout or a dropped connection does not mean FINISH
@@ -556,36 +582,91 @@ def record(
     # thread then records nothing.)
     resent = False
     while True:
-        try:
-            # In the I/O core's next round trip, with the FINISH of other
-            # jobs ending now and the fetch of this runner's next job (core.py).
-            listed = ctx.core.call(
-                script,
-                call.keys(),
-                call.argv(),
-                settles=finish.status_key,  # a "working" mark is moot now
-                frees=frees,
-            )
-        except redis.RedisError as error:
-            if isinstance(error, redis.ConnectionError | redis.TimeoutError):
-                resent = True
-            if time.monotonic() + delay > deadline:
-                log.error(
-                    "could not record outcome %s of jid=%s job=%s: %s; it stays in progress "
-                    "and will be requeued",
-                    outcome.kind,
-                    outcome.jid,
-                    outcome.job,
-                    error,
-                    extra={"jid": outcome.jid, "job": outcome.job},
-                )
-                return False
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-        else:
+        # In the I/O core's next round trip, with the FINISH of other jobs
+        # ending now and the fetch of this runner's next job (core.py); a
+        # "working" mark still waiting is moot now.
+        call = make(script, keys, argv, frees)
+        yield call, finish.status_key
+        error = call.error
+        if error is None:
+            listed = call.reply
             if isinstance(listed, bytes):  # the retry or dead set holds another type
-                return _refused(ctx, raw, outcome, TargetRefused(target, listed.decode()))
+                return TargetRefused(target, listed.decode())
             return _recorded(outcome, listed=bool(listed), resent=resent)
+        if not isinstance(error, redis.RedisError):
+            raise error
+        if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+            resent = True
+        if time.monotonic() + delay > deadline:
+            log.error(
+                "could not record outcome %s of jid=%s job=%s: %s; it stays in progress "
+                "and will be requeued",
+                outcome.kind,
+                outcome.jid,
+                outcome.job,
+                error,
+                extra={"jid": outcome.jid, "job": outcome.job},
+            )
+            return False
+        yield delay
+        delay = min(delay * 2, 2.0)
+
+
+def record(
+    ctx: WorkerContext,
+    raw: bytes,
+    outcome: Outcome,
+    queue: str = "",
+    *,
+    frees: Runner | None = None,
+) -> bool:
+    """Store the outcome and acknowledge the job; True once Redis has it, False
+    if Redis stayed away, if the job was no longer ours to record, or if the
+    outcome can land nowhere (``_refused``). ``frees``: the runner's job
+    (fetch.Unit) when its own runner records it: that runner is free for the
+    job fetched in the same round trip.
+    """
+    steps = recording(ctx, raw, outcome, queue, frees, Call)
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, float):
+                time.sleep(step)
+            else:
+                ctx.core.send(*step)
+            step = next(steps)
+    except StopIteration as done:
+        ended: Recorded = done.value
+    if isinstance(ended, TargetRefused):
+        return _refused(ctx, raw, outcome, ended)
+    return ended
+
+
+async def arecord(
+    ctx: WorkerContext,
+    raw: bytes,
+    outcome: Outcome,
+    queue: str = "",
+    *,
+    frees: Runner | None = None,
+) -> bool:
+    """``record`` for an async job, on its event loop: the loop runs other jobs
+    while the FINISH waits for its round trip."""
+    steps = recording(ctx, raw, outcome, queue, frees, LoopCall)
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, float):
+                await asyncio.sleep(step)
+            else:
+                call, settles = step
+                await ctx.core.asend(cast(LoopCall, call), settles)
+            step = next(steps)
+    except StopIteration as done:
+        ended: Recorded = done.value
+    if isinstance(ended, TargetRefused):  # rare: a set of another type; off the loop
+        return await asyncio.to_thread(_refused, ctx, raw, outcome, ended)
+    return ended
 
 
 def _refused(ctx: WorkerContext, raw: bytes, outcome: Outcome, refused: TargetRefused) -> bool:

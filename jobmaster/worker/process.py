@@ -8,6 +8,7 @@ list always has a registered owner that orphan recovery can find.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -25,6 +26,7 @@ from jobmaster.identity import Identity
 from jobmaster.procmem import measure_mb
 from jobmaster.recovery import RecoveryReport
 from jobmaster.slots import StartedSlots
+from jobmaster.worker.async_runner import LoopLag
 from jobmaster.worker.cancels import CancelWatch
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.heartbeat import Heartbeat
@@ -68,17 +70,30 @@ class WorkerProcess:
         )
         self.poller = ScheduledPoller(self.ctx, self.background_stop)
         self.selfcheck = SelfCheck(self.ctx, self.manager, self.background_stop)
+        runner = self.manager.runner
+        self.loop_lag = (
+            LoopLag(runner, config.loop_lag_warning, self.background_stop) if runner else None
+        )
 
     def info(self) -> dict[str, str | int | float]:
-        """Heartbeat fields: what ``jobmaster ps`` shows of this process."""
+        """Heartbeat fields: what ``jobmaster ps`` shows of this process. With an
+        event loop: its room (``async_concurrency``), and the job blocking it
+        now, if one does (``loop_blocked``: empty when none)."""
         metric = self.ctx.config.memory_metric
-        return {
+        fields: dict[str, str | int | float] = {
             "busy": self.manager.busy,
             "quiet": int(self.manager.quiet_now),
             "completed": self.manager.completed,
             "memory_mb": round(measure_mb(os.getpid(), metric) or 0.0, 1),
             "memory_metric": metric,
         }
+        if self.loop_lag is not None:
+            fields["async_concurrency"] = self.ctx.config.async_concurrency
+            blocked = self.loop_lag.blocked
+            fields["loop_blocked"] = (
+                json.dumps(blocked, separators=(",", ":")) if blocked is not None else ""
+            )
+        return fields
 
     def start(self) -> None:
         wait_for_redis(self.ctx.redis, self.ctx.config.redis_url_masked)
@@ -99,14 +114,21 @@ class WorkerProcess:
         )
         for thread in threads:
             thread.start()
+        if self.loop_lag is not None:
+            self.loop_lag.start()
         self.manager.listener.subscribed.wait(timeout=5.0)
         self.cancels.subscribed.wait(timeout=5.0)  # a cancel from now on is heard at once
         config = self.ctx.config
+        loop = ""
+        if self.manager.runner is not None:
+            kind = self.manager.runner.loop_name
+            loop = f" and an event loop ({kind}) for {config.async_concurrency} async jobs"
         log.info(
-            "worker %s started: queues %s, %d threads",
+            "worker %s started: queues %s, %d threads%s",
             self.ctx.name,
             ",".join(config.queues),
             config.concurrency,
+            loop,
         )
 
     def give_up_on(self, armed: Armed) -> None:

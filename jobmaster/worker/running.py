@@ -14,8 +14,9 @@ act:
   started slots (slots.py) names it meanwhile, so the master blames a crash
   only on jobs that were running. A crash suspect (``crash_suspect`` in its
   payload: it was running beside others when a child died) starts only when
-  nothing else runs in this process, and nothing starts beside it: a second
-  crash then names the culprit.
+  nothing runs in this process but suspects of its own group (poison.py:
+  one half of the jobs that died together), and nothing else starts beside
+  it: each further crash halves the jobs the culprit may be among.
 - may_record: only a job still ours is recorded. ``close`` (a stop pushing
   back what still runs) and ``abandon`` (the watchdog recorded a stuck job)
   take jobs away from their threads; such a thread finishes its call and
@@ -43,17 +44,30 @@ from jobmaster.poison import SUSPECT
 from jobmaster.slots import StartedSlots, digest
 from jobmaster.worker.unit import Unit
 
-SUSPECT_MARK = f'"{SUSPECT}":true'.encode()  # as recovery writes it (payload.encode)
+SUSPECT_MARK = f'"{SUSPECT}":'.encode()  # as recovery writes it (payload.encode)
+ALONE = b"true"  # a suspect to run with no other job beside it
 
 
-def is_suspect(raw: bytes) -> bool:
-    """A job requeued as a crash suspect (poison.py) runs alone.
+def suspect_group(raw: bytes) -> bytes | None:
+    """A job requeued as a crash suspect (poison.py) runs only beside jobs of
+    its group (``ALONE``: beside none); None for any other job.
 
     A byte search, not a decode, on the hot path: only recovery writes the
     field, compactly encoded. A false match (the text in a job's arguments)
-    only makes that job run alone once.
+    only makes that job run apart once.
     """
-    return SUSPECT_MARK in raw
+    at = raw.find(SUSPECT_MARK)
+    if at < 0:
+        return None
+    value = raw[at + len(SUSPECT_MARK) :]
+    if value.startswith(b'"'):
+        end = value.find(b'"', 1)
+        return value[1:end] if end > 1 else ALONE
+    return ALONE
+
+
+def is_suspect(raw: bytes) -> bool:
+    return suspect_group(raw) is not None
 
 
 class RunningTable:
@@ -71,8 +85,9 @@ class RunningTable:
         self._claimed: set[Unit] = set()  # by fetch: Unit compares by identity
         self._taken: set[Unit] = set()  # claimed, but no longer ours to record
         self._started: dict[int, bytes] = {}  # thread slot -> payload, job code running
-        self._alone_waiting = 0
-        self._alone_running = False
+        self._suspects_waiting = 0  # crash suspects waiting for their turn
+        self._suspects_running = 0
+        self._suspect_group: bytes | None = None  # of the suspects running
         self.completed = 0  # jobs finished (any outcome), for max_jobs_per_child
         # Stop fetching the moment this many jobs are done (0 = no limit):
         # checked as each job ends, so a busy child doesn't overshoot.
@@ -124,36 +139,59 @@ class RunningTable:
             self._claimed.add(unit)
             return True
 
-    def start(self, unit: Unit, slot: int) -> bool:
-        """Its code is about to run in thread ``slot``; False if a stop began while
-        it waited for its turn (it is not run: the stop pushes it back)."""
-        alone = is_suspect(unit.raw)
+    def start(self, unit: Unit, slot: int, *, wait: bool = True) -> bool | None:
+        """Its code is about to run in ``slot``; False if a stop began while
+        it waited for its turn (it is not run: the stop pushes it back).
+
+        ``wait=False`` (the event loop, which must never block): None instead
+        of waiting when it is not its turn (a crash suspect runs apart); the
+        caller waits in a thread and calls again."""
+        group = suspect_group(unit.raw)
         with self._lock:
-            if alone:
-                self._alone_waiting += 1
-                try:
-                    while (self._started or self._alone_running) and not self.stopping.is_set():
-                        self._lock.wait(0.5)
-                finally:
-                    self._alone_waiting -= 1
-            else:
-                while (self._alone_running or self._alone_waiting) and not self.stopping.is_set():
+            if not wait and unit not in self._taken and not self._may_start(group):
+                return None
+            if group is not None:
+                self._suspects_waiting += 1
+            try:
+                while not self._may_start(group) and not self.stopping.is_set():
                     self._lock.wait(0.5)
+            finally:
+                if group is not None:
+                    self._suspects_waiting -= 1
             if unit in self._taken:
                 return False
-            self._alone_running = self._alone_running or alone
+            if group is not None:
+                self._suspect_group = group
+                self._suspects_running += 1
             self._started[slot] = unit.raw
-            if self.slots is not None:
+            if self.slots is not None and slot < self.slots.count:
                 self.slots.mark(slot, unit.raw)
             return True
+
+    def _may_start(self, group: bytes | None) -> bool:
+        """Under the lock: whether a job of this suspect group (None: no suspect)
+        may start now. Suspects run only beside their own group, and nothing
+        starts while suspects run or wait (they would never get the process
+        to themselves)."""
+        if group is None:
+            return not self._suspects_running and not self._suspects_waiting
+        if not self._started:
+            return True
+        return (
+            group != ALONE
+            and group == self._suspect_group
+            and self._suspects_running == len(self._started)
+        )
 
     def end(self, unit: Unit, slot: int) -> None:
         """Its code returned (or raised): a crash from now on is not its doing."""
         with self._lock:
-            if self.slots is not None:
+            if self.slots is not None and slot < self.slots.count:
                 self.slots.clear(slot)
             if self._started.pop(slot, None) is not None and is_suspect(unit.raw):
-                self._alone_running = False
+                self._suspects_running -= 1
+                if not self._suspects_running:
+                    self._suspect_group = None
             self._lock.notify_all()
 
     def may_record(self, unit: Unit) -> bool:

@@ -28,7 +28,12 @@ log = logging.getLogger("jobmaster.worker.watchdog")
 TICK = 0.1  # seconds between looks: a timeout fires at most this late
 
 
-@dataclass
+# Stops a running job with an exception of this class, where a raise in its
+# thread cannot (an async job: its task is cancelled on its loop).
+Interrupt = Callable[[type[BaseException]], None]
+
+
+@dataclass(eq=False)
 class Armed:
     job: FetchedJob
     thread_id: int
@@ -36,6 +41,19 @@ class Armed:
     deadline: float  # monotonic: raise JobTimeout
     hard_deadline: float  # monotonic: give up on the thread
     fired: bool = False
+    interrupt: Interrupt | None = None  # None: raise in ``thread_id``
+
+    def fire(self) -> None:
+        self.fired = True
+        if self.interrupt is not None:
+            self.interrupt(JobTimeout)
+        else:
+            raise_in_thread(self.thread_id, JobTimeout)
+
+    @property
+    def key(self) -> object:
+        """Where it is kept: a thread runs one job at a time, a loop many."""
+        return self.thread_id if self.interrupt is None else self
 
 
 def raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> None:
@@ -53,7 +71,7 @@ class Watchdog(threading.Thread):
         self.grace = grace
         self.on_stuck = on_stuck
         self.stop_event = stop
-        self._armed: dict[int, Armed] = {}  # thread id -> its running job
+        self._armed: dict[object, Armed] = {}  # thread id (or an async job's Armed) -> it
         self._lock = threading.Lock()
 
     @contextmanager
@@ -65,24 +83,29 @@ class Watchdog(threading.Thread):
         finally:
             self.disarm(armed)
 
-    def arm(self, job: FetchedJob, timeout: float | None) -> Armed | None:
+    def arm(
+        self, job: FetchedJob, timeout: float | None, interrupt: Interrupt | None = None
+    ) -> Armed | None:
         """``deadline`` in two calls, for the executor (which enters a job's
-        scopes in one object: worker/executor.py); ``disarm`` must follow."""
+        scopes in one object: worker/executor.py); ``disarm`` must follow.
+        ``interrupt``: how to stop the job (None: raise in this thread)."""
         if not timeout:
             return None
         thread_id = threading.get_ident()
         now = time.monotonic()
-        armed = Armed(job, thread_id, timeout, now + timeout, now + timeout + self.grace)
+        armed = Armed(
+            job, thread_id, timeout, now + timeout, now + timeout + self.grace, interrupt=interrupt
+        )
         with self._lock:
-            self._armed[thread_id] = armed
+            self._armed[armed.key] = armed
         return armed
 
     def disarm(self, armed: Armed | None) -> None:
         if armed is None:
             return
         with self._lock:
-            self._armed.pop(armed.thread_id, None)
-            if armed.fired:
+            self._armed.pop(armed.key, None)
+            if armed.fired and armed.interrupt is None:
                 # The job ended as the exception was sent: it must not
                 # surface later, in the processor's own code.
                 raise_in_thread(armed.thread_id, None)
@@ -94,10 +117,9 @@ class Watchdog(threading.Thread):
             with self._lock:
                 for armed in list(self._armed.values()):
                     if not armed.fired and now >= armed.deadline:
-                        armed.fired = True
-                        raise_in_thread(armed.thread_id, JobTimeout)
+                        armed.fire()
                     elif armed.fired and now >= armed.hard_deadline:
-                        del self._armed[armed.thread_id]
+                        del self._armed[armed.key]
                         stuck.append(armed)
             for armed in stuck:
                 try:

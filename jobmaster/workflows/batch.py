@@ -27,6 +27,9 @@ job that settles the batch):
 
 A callback job gets its signature's arguments plus ``batch_id=``.
 
+On an event loop, ``async with b.ajobs():`` and ``await b.aadd(...)`` collect
+the same way and send the same BATCH_ADD (``_call``) on the asyncio client.
+
 Each job of a batch carries its callbacks' queues and jids
 (``batch_callbacks``): the script that may fire a callback must be given
 the keys it writes (its queue and status), and the job's outcome is where
@@ -40,13 +43,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from jobmaster import payload as wire
+from jobmaster.aio.client import AsyncClient, async_client
+from jobmaster.aio.scripts import run
 from jobmaster.api.batches import BatchSet
 from jobmaster.client import Client, default_client
 from jobmaster.connection import describe_error
@@ -58,6 +63,7 @@ from jobmaster.workflows.signature import Signature, as_signature
 
 BATCH_TTL = 30 * 24 * 3600  # seconds a batch is kept after its last jobs were added
 CALLBACKS = ("complete", "success", "death")
+TARGET_FIELDS = [f"on:{n}:{f}" for n in CALLBACKS for f in ("queue", "jid")]  # in the hash
 
 # The batch whose ``jobs()`` block is open in this thread (or task).
 _collecting: contextvars.ContextVar[Batch | None] = contextvars.ContextVar(
@@ -70,6 +76,14 @@ _running: contextvars.ContextVar[tuple[str, dict[str, tuple[str, str]] | None] |
 
 # Callback name -> (queue, jid), as batch jobs carry them.
 Targets = dict[str, tuple[str, str]]
+
+
+def _targets_of(found: list[Any]) -> Targets:
+    """HMGET's reply for ``TARGET_FIELDS`` as the callbacks' queues and jids."""
+    text = [v.decode() if isinstance(v, bytes) else v for v in found]
+    return callbacks_of(
+        {"batch_callbacks": {n: text[2 * i : 2 * i + 2] for i, n in enumerate(CALLBACKS)}}
+    )
 
 
 def callbacks_of(payload: Mapping[str, Any]) -> Targets:
@@ -149,28 +163,58 @@ class Batch:
     def jobs(self) -> Iterator[Batch]:
         """Collect every ``enqueue`` (and ``add``) of this block; push them all at
         its end, in one step. Nothing is pushed if the block raises."""
+        token = self._open()
+        try:
+            yield self
+        finally:
+            collected = self._close(token)
+        self._push(collected)
+
+    @contextlib.asynccontextmanager
+    async def ajobs(self) -> AsyncIterator[Batch]:
+        """``jobs()`` for code on an event loop: every ``aenqueue`` (or
+        ``enqueue``, ``add``) of the block, and of the tasks it starts and
+        awaits, is pushed at its end on the asyncio client."""
+        token = self._open()
+        try:
+            yield self
+        finally:
+            collected = self._close(token)
+        await self._apush(collected)
+
+    def _open(self) -> contextvars.Token[Batch | None]:
         if self._collected is not None:
             raise RuntimeError(f"batch {self.bid}: jobs() blocks do not nest")
         self._collected = []
-        token = _collecting.set(self)
-        try:
-            yield self
-            collected = self._collected
-        finally:
-            _collecting.reset(token)
-            self._collected = None
-        self._push(collected)
+        return _collecting.set(self)
+
+    def _close(self, token: contextvars.Token[Batch | None]) -> list[Pending]:
+        _collecting.reset(token)
+        collected, self._collected = self._collected or [], None
+        return collected
 
     def add(self, *signatures: Signature) -> list[str]:
         """Add jobs by signature; their jids. In a ``jobs()`` block they are
         pushed with the rest of it; outside one, now, as one step."""
-        payloads = [as_signature(sig, "add()").payload() for sig in signatures]
-        pending = [Pending(p, None) for p in payloads]
+        pending = self._pending(signatures)
         if self._collected is not None:
             self._collected.extend(pending)
         else:
             self._push(pending)
-        return [str(p["jid"]) for p in payloads]
+        return [str(p.payload["jid"]) for p in pending]
+
+    async def aadd(self, *signatures: Signature) -> list[str]:
+        """``add`` on the asyncio client."""
+        pending = self._pending(signatures)
+        if self._collected is not None:
+            self._collected.extend(pending)
+        else:
+            await self._apush(pending)
+        return [str(p.payload["jid"]) for p in pending]
+
+    @staticmethod
+    def _pending(signatures: tuple[Signature, ...]) -> list[Pending]:
+        return [Pending(as_signature(sig, "add()").payload(), None) for sig in signatures]
 
     def collect(self, payload: dict[str, Any], at: float | None) -> None:
         """Called by ``enqueue`` inside an open ``jobs()`` block."""
@@ -181,29 +225,58 @@ class Batch:
     def targets(self) -> Targets:
         """The callbacks' queues and jids, for the jobs to carry (see the module)."""
         if self._targets is None:
-            client, names = (
-                self.client,
-                [f"on:{n}:{f}" for n in CALLBACKS for f in ("queue", "jid")],
-            )
-            try:
-                found = client.redis.hmget(client.keys.batch(self.bid), names)
-            except redis.RedisError as error:
-                reason = describe_error(error)
-                raise EnqueueError(f"could not read batch {self.bid}: {reason}") from error
-            text = [v.decode() if isinstance(v, bytes) else v for v in found]
-            self._targets = callbacks_of(
-                {"batch_callbacks": {n: text[2 * i : 2 * i + 2] for i, n in enumerate(CALLBACKS)}}
-            )
+            client = self.client
+            with self._reading():
+                found = client.redis.hmget(client.keys.batch(self.bid), TARGET_FIELDS)
+            self._targets = _targets_of(found)
         elif not self._targets and self.callbacks:
             self._targets = {
                 name: (str(p["queue"]), str(p["jid"])) for name, p in self._callbacks().items()
             }
         return self._targets
 
+    async def _atargets(self, client: AsyncClient) -> Targets:
+        """``targets()``, read on the asyncio client when not known yet."""
+        if self._targets is None:
+            with self._reading():
+                found = await client.redis.hmget(client.keys.batch(self.bid), TARGET_FIELDS)
+            self._targets = _targets_of(found)
+        return self.targets()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        try:
+            yield
+        except redis.RedisError as error:
+            reason = describe_error(error)
+            raise EnqueueError(f"could not read batch {self.bid}: {reason}") from error
+
+    # One BATCH_ADD either way: built by ``_call``, sent by either client.
     def _push(self, collected: list[Pending]) -> None:
-        client, now = self.client, time.time()
-        keys = client.keys
-        targets = self.targets()
+        client = self.client
+        call = self._call(collected, client.keys, client.status_ttl, self.targets())
+        with self._pushing():
+            call.run(client.scripts.batch_add)
+
+    async def _apush(self, collected: list[Pending]) -> None:
+        client = await async_client(self._client)
+        call = self._call(collected, client.keys, client.status_ttl, await self._atargets(client))
+        with self._pushing():
+            await run(call, client.scripts.batch_add)
+
+    @contextlib.contextmanager
+    def _pushing(self) -> Iterator[None]:
+        try:
+            yield
+        except redis.RedisError as error:
+            reason = describe_error(error)
+            raise EnqueueError(f"could not push batch {self.bid}: {reason}") from error
+
+    def _call(
+        self, collected: list[Pending], keys: Keys, status_ttl: int, targets: Targets
+    ) -> BatchAdd:
+        """The BATCH_ADD of the collected jobs (after the client middleware)."""
+        now = time.time()
         carried = {"batch_callbacks": {n: list(t) for n, t in targets.items()}}
         jobs: list[BatchJob] = []
         for item in collected:
@@ -222,7 +295,7 @@ class Batch:
                 status_key=keys.status(jid),
             )
             jobs.append(job)
-        call = BatchAdd(
+        return BatchAdd(
             batch_key=keys.batch(self.bid),
             failed_key=keys.batch_failed(self.bid),
             batches_key=keys.batches,
@@ -234,16 +307,11 @@ class Batch:
             batch_ttl=BATCH_TTL,
             queue_prefix=keys.queue_prefix,
             wakeup_prefix=keys.wakeup_prefix,
-            status_prefix=keys.status_prefix if client.status_ttl else "",
-            status_ttl=client.status_ttl or 1,
+            status_prefix=keys.status_prefix if status_ttl else "",
+            status_ttl=status_ttl or 1,
             fields=self._fields(),
             jobs=jobs,
         )
-        try:
-            call.run(client.scripts.batch_add)
-        except redis.RedisError as error:
-            reason = describe_error(error)
-            raise EnqueueError(f"could not push batch {self.bid}: {reason}") from error
 
     def _fields(self) -> dict[str, Any]:
         """The batch hash's fields, written only by the call that creates it."""

@@ -444,7 +444,9 @@ class OnePlace(RuleBasedStateMachine):
             # The marks the rules put on a payload travel with it.
             assert payload.get("retry_count", 0) == model.failures[jid], "retry_count"
             assert payload.get("crash_count", 0) == model.crashes[jid], "crash_count"
-            assert payload.get("crash_suspect", False) == (jid in model.suspects), "suspect"
+            # A suspect's group (a half of those that died together) or True (alone).
+            suspect = bool(payload.get("crash_suspect", False))
+            assert suspect == (jid in model.suspects), "suspect"
             entries.insert(0, (unit.raw, jid))  # LMOVE to the list's left end
             held.append(Unit(worker, unit.raw, jid, model.failures[jid]))
         return multiple(*held)

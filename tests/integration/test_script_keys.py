@@ -35,6 +35,7 @@ from jobmaster.orphans import recover_orphans
 from jobmaster.periodic import PeriodicTicker
 from jobmaster.poison import crash_triage
 from jobmaster.recovery import Recovery
+from jobmaster.scripts import GiveBack
 from jobmaster.worker.context import WorkerContext
 from jobmaster.worker.core import Call
 from jobmaster.worker.executor import execute
@@ -171,6 +172,16 @@ def run_everything(ctx: WorkerContext, client: Client, store: redis.Redis) -> No
         calls.append(Call(script, call.keys(), call.argv()))
     ctx.core._send(calls)
     assert [call.reply for call in calls] == [1, 1]
+
+    # A fetch beyond the room of the runners its jobs need, given back (GIVE_BACK).
+    client.push({"job": "tests.record", "args": ["given back"]})
+    given = Fetcher(ctx).fetch_many(1)
+    GiveBack(
+        inprogress_key=ctx.inprogress_key,
+        wakeup_prefix=K.wakeup_prefix,
+        jobs=[(unit.raw, unit.queue, K.queue(unit.queue)) for unit in given],
+    ).run(client.scripts.give_back)
+    assert store.lrem(K.queue("default"), 1, given[0].raw) == 1  # back, and gone again
 
     # The master's recovery: a requeue (TRANSFER), a poison pill (BURY), one in a
     # batch (BURY_STEP), from a batch made by id that adds to it (BATCH_ADD again).

@@ -3,6 +3,7 @@ against a real Redis (for users' test suites: workflows move, outcomes are kept)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
@@ -16,7 +17,7 @@ from jobmaster import testing
 from jobmaster.client import Client
 from jobmaster.config import Config
 from jobmaster.keys import Keys
-from tests import jobs
+from tests import async_jobs, jobs
 
 K = Keys()
 
@@ -141,3 +142,36 @@ def test_releasing_a_job_whose_queue_refuses_it_never_loses_it(
     assert buried["jid"] == jid
     assert f"{K.queue('weird')} holds a string" in buried["dead_reason"]
     assert store.zcard(K.scheduled) == 0
+
+
+def test_work_and_drain_run_async_jobs_to_their_end(client: Client, store: redis.Redis) -> None:
+    """An async job under work() is recorded as a worker records it (its
+    result kept), under drain() it runs too: each on a loop of its own."""
+    jid = async_jobs.who.enqueue("worked")
+    assert testing.work() == Counter(done=1)
+    assert client.result(str(jid)) == {
+        "jid": jid,
+        "name": "tests.async.who",
+        "attempt": 1,
+        "marker": "worked",
+    }
+    async_jobs.nap.enqueue("drained", 0.01)
+    assert testing.drain() == 1
+    assert store.lrange("test:async:done", 0, -1)[0].startswith(b"drained:")
+
+
+def test_work_runs_an_async_job_when_called_from_a_running_event_loop(client: Client) -> None:
+    jid = async_jobs.who.enqueue("from a loop")
+
+    async def an_async_test() -> Counter[str]:
+        return testing.work()  # a sync call inside a loop: the job gets a loop of its own
+
+    assert asyncio.run(an_async_test()) == Counter(done=1)
+    assert client.status(str(jid)) == "complete"
+
+
+def test_a_chain_of_async_jobs_moves_on_and_keeps_each_result(client: Client) -> None:
+    cid = jobmaster.chain(async_jobs.who.s("first"), async_jobs.nap.s("second", 0.01))
+    assert testing.work() == Counter(done=2)
+    status = jobmaster.chain_status(cid)
+    assert status is not None and status["state"] == "succeeded" and status["done"] == 2

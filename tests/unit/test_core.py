@@ -15,7 +15,7 @@ import redis
 
 from jobmaster.recovery import RecoveryReport
 from jobmaster.worker.core import IOCore
-from jobmaster.worker.fetch import Feed, Fetcher
+from jobmaster.worker.fetch import Feed, Fetcher, Pool
 from jobmaster.worker.running import RunningTable
 from jobmaster.worker.unit import Unit
 from tests.helpers import wait_until
@@ -228,8 +228,10 @@ def fed_core(stock: int, runners: int) -> tuple[IOCore, Feed, FetchingClient]:
     fetching.set()
     table = RunningTable(fetching, stopping)
     ready: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
-    feed = Feed(Fetcher(ctx), table, ready, runners)  # type: ignore[arg-type]
+    pool = Pool(runners, lambda units: [ready.put(unit) for unit in units] and None)
+    feed = Feed(Fetcher(ctx), table, [pool])  # type: ignore[arg-type]
     feed.swept = swept  # type: ignore[attr-defined]
+    feed.ready = ready  # type: ignore[attr-defined]
     core = IOCore(client)  # type: ignore[arg-type]
     core.attach(feed)
     STARTED.append(core)

@@ -6,7 +6,7 @@ import threading
 import time
 
 from jobmaster.slots import StartedSlots, digest
-from jobmaster.worker.running import RunningTable, is_suspect
+from jobmaster.worker.running import ALONE, RunningTable, is_suspect, suspect_group
 from jobmaster.worker.unit import Unit
 from tests.helpers import holds_for, wait_until
 
@@ -94,7 +94,7 @@ def test_a_crash_suspect_runs_alone() -> None:
 
     suspect = threading.Thread(target=start, args=(SUSPECT, 1))
     suspect.start()
-    wait_until(lambda: running._alone_waiting == 1, timeout=5)
+    wait_until(lambda: running._suspects_waiting == 1, timeout=5)
     other = threading.Thread(target=start, args=(OTHER, 2))
     other.start()  # comes after the suspect: waits for it
     holds_for(0.3, lambda: order == [], "started beside a running job")
@@ -138,3 +138,40 @@ def test_two_fetches_of_the_same_bytes_are_two_claims() -> None:
     running.end(second, 1)
     assert running.finished(second)
     assert running.completed == 2 and running.busy == 0
+
+
+def group(name: str, jid: str) -> Unit:
+    return Unit(f'{{"jid":"{jid}","job":"x","crash_suspect":"{name}"}}'.encode(), "default")
+
+
+def test_suspects_of_one_half_run_side_by_side_and_apart_from_everything_else() -> None:
+    """poison.py's halves: the jobs of one half start together, a job of the
+    other half or an ordinary one only once they are all done."""
+    assert suspect_group(group("d1.0", "a").raw) == b"d1.0"
+    assert suspect_group(SUSPECT.raw) == ALONE and suspect_group(PLAIN.raw) is None
+    first, second, other_half = group("d1.0", "a"), group("d1.0", "b"), group("d1.1", "c")
+    running = table()
+    for unit in (first, second, other_half, PLAIN):
+        running.claim(unit)
+    assert running.start(first, 0)
+    assert running.start(second, 1, wait=False)  # its own half: beside it
+    assert running.start(other_half, 2, wait=False) is None  # the other half: not yet
+    assert running.start(PLAIN, 3, wait=False) is None  # nothing ordinary either
+    running.end(first, 0)
+    assert running.start(other_half, 2, wait=False) is None
+    running.end(second, 1)
+    assert running.start(other_half, 2, wait=False)
+    running.end(other_half, 2)
+    assert running.start(PLAIN, 3, wait=False)
+
+
+def test_an_alone_suspect_never_starts_beside_one_of_a_group() -> None:
+    lone, member = SUSPECT, group("d2.0", "m")
+    running = table()
+    for unit in (lone, member):
+        running.claim(unit)
+    assert running.start(member, 0)
+    assert running.start(lone, 1, wait=False) is None
+    running.end(member, 0)
+    assert running.start(lone, 1, wait=False)
+    assert running.start(group("d2.0", "n"), 2, wait=False) is None

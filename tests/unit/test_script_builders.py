@@ -129,6 +129,14 @@ def test_fetch() -> None:
     assert call.argv()[1:] == ["a", "b"]  # ARGV[2..], in the order of KEYS[3..]
 
 
+def test_give_back() -> None:
+    call = named(S.GiveBack, jobs=[(b"p1", "a", "qa"), (b"p2", "b", "qb"), (b"p3", "a", "qa")])
+    check(call, {"inprogress_key": 1}, {"wakeup_prefix": 1}, elsewhere=("jobs",))
+    assert call.keys()[1:] == ["qa", "qb", "qa"]  # KEYS[2..], one per job
+    # Triples in the order of KEYS[2..]: payload, queue name, jobs given back there.
+    assert call.argv()[1:] == [b"p1", "a", 2, b"p2", "b", 1, b"p3", "a", 2]
+
+
 def test_mark() -> None:
     call = named(S.Mark, marks=[("s1", b"p1", 100), ("s2", b"p2", 200)])
     check(call, {"inprogress_key": 1}, {}, elsewhere=("marks",))
@@ -352,6 +360,7 @@ def test_every_builder_has_a_test_here() -> None:
     tested = {
         "Push",
         "Fetch",
+        "GiveBack",
         "Mark",
         "Finish",
         "FinishMany",

@@ -4,7 +4,9 @@ password (or token) guards everything once set."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 
 import pytest
 import redis
@@ -227,3 +229,19 @@ def test_delete_one_job_of_a_queue_page(client: TestClient, conn: redis.Redis) -
     answer = client.post("/queues/default/action", data=data)
     assert answer.headers["location"] == "/queues/default"
     assert [r.jid for r in Queue("default", conn)] == [keep]
+
+
+def test_busy_names_the_job_blocking_a_child_s_event_loop(
+    client: TestClient, conn: redis.Redis
+) -> None:
+    keys = Keys()
+    blocked = {"jid": "j<1>", "job": "app.jobs.<sleepy>", "since": time.time() - 3}
+    beat = {"pid": 7, "quiet": 0, "concurrency": 5, "busy": 2, "async_concurrency": 100}
+    beat |= {"loop_blocked": json.dumps(blocked)}
+    conn.hset(keys.heartbeat("host:7:w"), mapping=beat)
+    conn.sadd(keys.processes, "host:7:w")
+    html = client.get("/busy").text
+    assert "event loop blocked by app.jobs.&lt;sleepy&gt; (j&lt;1&gt;)" in html
+    assert "2/5 <small>+100 async</small>" in html
+    conn.hset(keys.heartbeat("host:7:w"), "loop_blocked", "[not what a worker writes")
+    assert "event loop blocked" not in client.get("/busy").text

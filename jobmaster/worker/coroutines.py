@@ -1,0 +1,92 @@
+"""Running a coroutine to its end from code that is not on an event loop.
+
+``jobmaster.testing`` runs jobs in the caller's thread (``drain``, ``work``,
+``inline``): an async job there is run on an event loop of its own. The
+caller may itself be a coroutine (an async test calling ``drain()``), whose
+thread already runs a loop: ``asyncio.run`` refuses that thread, so the
+coroutine runs on a new loop in a thread of its own, and the caller waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``coroutine``'s result (or its exception), whatever this thread runs."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = asyncio.run(coroutine)
+        except BaseException as error:  # handed to the caller, whatever it is
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name="jobmaster-coroutine", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+class TaskStopper:
+    """Stops the running async job's task from any thread (its timeout, a
+    cancel), for as long as the job's own code runs and no longer.
+
+    Made inside the job's task. ``interrupt`` may be called by the watchdog
+    or the cancel watch at any moment; the cancel itself happens on the
+    loop's thread, and only if the job's coroutine has not returned by then
+    (``done``): a cancel landing later would cut short the recording of the
+    outcome instead. A stop that lands is taken back from the task once seen
+    (``uncancel``), so the task records the outcome undisturbed.
+    """
+
+    __slots__ = ("_active", "_cancelled", "_taken_back", "loop", "task")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self._active = True
+        self._cancelled = False
+        self._taken_back = False
+
+    def interrupt(self, _kind: type[BaseException]) -> None:
+        """Any thread: stop the job (the kind is read back from its scope)."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the process is ending
+            self.loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        if self._active and self.task is not None:
+            self._cancelled = True
+            self.task.cancel()
+
+    def done(self) -> None:
+        """The loop's thread: the job's coroutine has returned (or raised)."""
+        self._active = False
+
+    def stopped(self) -> bool:
+        """Whether this stopper cancelled the task (its request is taken back)."""
+        if self._cancelled and not self._taken_back:
+            self._taken_back = True
+            if self.task is not None and hasattr(self.task, "uncancel"):
+                self.task.uncancel()  # 3.11+: the request was ours, and is handled
+        return self._cancelled
+
+    def cancelled_from_outside(self) -> bool:
+        """The task itself was cancelled, not by this stopper: the worker is
+        ending (its loop closing) and the job's outcome is not its to record.
+        (Python 3.10 cannot tell this from a job's own CancelledError.)"""
+        if self._cancelled or self.task is None or not hasattr(self.task, "cancelling"):
+            return False
+        return bool(self.task.cancelling())
