@@ -12,7 +12,7 @@ This is a benchmark, not a test: it asserts nothing and is never run by pytest.
 
 The jobmaster columns run from the venv running this script, which needs
 ``aiohttp`` (the jobs' HTTP client) and ``uvloop`` (the extra measured both
-ways; the HTTP server uses it too): ``.venv/bin/pip install aiohttp uvloop``.
+ways; the HTTP server uses it too): ``.venv/bin/pip install -e '.[uvloop]' aiohttp``.
 Each peer is installed from PyPI into a venv of its own, under
 ``~/.cache/jobmaster-bench/venvs/async-<peer>`` (apart from bench/peers.py's
 venvs, whose packages differ), by bench/peers.py's installer, and reused on
