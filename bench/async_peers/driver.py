@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -123,6 +124,9 @@ def measure(ctx: Any, workload: str, http_pid: int | None) -> dict[str, Any]:
     if "window_s" in marks_window and drained["drained"]:
         out["jobs_per_s"] = queued / marks_window["window_s"]
         out["first_start_after_popen_s"] = marks_window["first_start"] - popen_at
+    if ctx.peer.name == "jobmaster":  # the loop its children say they run on
+        log = pool.logfile.read_text(errors="replace")
+        out["event_loops_logged"] = sorted(set(re.findall(r"an event loop \((\w+)\)", log)))
     if http_before is not None and http_after is not None:
         out["http_server_cpu_us_per_job"] = (http_after - http_before) / done * 1e6
     return out
