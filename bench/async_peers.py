@@ -358,7 +358,7 @@ def measure_memory(url: str, tmp: Path, loop: str, args: argparse.Namespace) -> 
             out["busy"] = memory_of(child)
             out["same_child"] = child in master.children()
             out["running_seen"] = int(conn.get(amarks.STARTED_KEY) or 0)
-            out["jobmaster_busy"] = busy_by_heartbeat(client)
+            out["jobmaster_busy"], out["jobmaster_failed"] = jobmaster_counts(client)
     except Exception as error:  # reported; the other figures stand
         return {**out, "ok": False, "error": f"{type(error).__name__}: {error}"}
     finally:
@@ -371,15 +371,18 @@ def measure_memory(url: str, tmp: Path, loop: str, args: argparse.Namespace) -> 
     return {**out, "ok": True}
 
 
-def busy_by_heartbeat(client: jobmaster.Client) -> int | str:
+def jobmaster_counts(client: jobmaster.Client) -> tuple[int | str, int | str]:
     """jobmaster's own count of running jobs (``jobmaster stats``'s busy: the
-    children's last heartbeats, so it may lag), beside the jobs' own count."""
+    children's last heartbeats, so it may lag), beside the jobs' own count, and
+    of failed attempts (none expected: a job that failed to start and waits for
+    its retry is not in flight)."""
     from jobmaster.api import Stats
 
     try:
-        return int(Stats(client).busy)
+        stats = Stats(client)
+        return int(stats.busy), int(stats.failed)
     except Exception as error:  # a cross-check only
-        return f"{type(error).__name__}: {error}"
+        return f"{type(error).__name__}: {error}", "?"
 
 
 # -- the run ----------------------------------------------------------------------

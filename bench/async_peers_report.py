@@ -192,6 +192,6 @@ def print_memory(memory: dict[str, Any], out: Any) -> None:
             f"(+{m['uss_kib_per_job']:.1f} KiB a job), "
             f"RSS {idle['rss_mib']:.1f} → {busy['rss_mib']:.1f} MiB "
             f"(+{m['rss_kib_per_job']:.1f} KiB a job); jobmaster's busy count "
-            f"{m.get('jobmaster_busy')}",
+            f"{m.get('jobmaster_busy')}, failed {m.get('jobmaster_failed')}",
             file=out,
         )

@@ -30,12 +30,14 @@ from urllib.parse import urlsplit
 
 import aiohttp  # imported with the app, not by the first job: it takes 0.3 s here
 import marks  # bench/peers/marks.py: the lazy Redis clients and the done counter
+import redis.asyncio
 
 PREFIX = "bench:async:"
 FIRST_PREFIX = PREFIX + "first:"  # + pid -> the start time of the process's first job
 LAST_KEY = PREFIX + "last"  # the end time of the job that completed the count
 STARTED_KEY = PREFIX + "started"  # the memory measure's long jobs, counted as they start
 SLEEP_S = 0.02
+HOLD_CONNECTIONS = 50  # the memory measure's jobs share these to count their starts
 
 _lock = threading.Lock()
 _first_taken = False
@@ -143,7 +145,24 @@ def http_get(count: int) -> None:
 
 
 # -- the memory measure -----------------------------------------------------------
+_hold_clients: dict[int, redis.asyncio.Redis] = {}  # by id() of the event loop
+
+
+def hold_conn() -> redis.asyncio.Redis:
+    """A client whose pool makes a job wait for a connection, not fail: redis-py
+    8's asyncio pool refuses a 101st connection (MaxConnectionsError), and a
+    thousand jobs start at once here (each fails and is retried 20 to 35 s later,
+    which the memory measure first took for a slow start)."""
+    loop = id(asyncio.get_running_loop())
+    if loop not in _hold_clients:
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            os.environ["BENCH_REDIS_URL"], max_connections=HOLD_CONNECTIONS
+        )
+        _hold_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
+    return _hold_clients[loop]
+
+
 async def ahold(seconds: float) -> None:
     """Counted as it starts, then awaits ``seconds``: one of the many in flight."""
-    await marks.aconn().incr(STARTED_KEY)
+    await hold_conn().incr(STARTED_KEY)
     await asyncio.sleep(seconds)
