@@ -131,6 +131,7 @@ MODULES = {  # what a venv must import to be reused
 HTTP_READY_S = 10.0
 MEMORY_HOLD_S = 600.0  # the memory measure's jobs sleep this long (stopped well before)
 MEMORY_WAIT_S = 120.0
+HEARTBEAT_WAIT_S = 15.0
 
 
 # -- venvs ------------------------------------------------------------------------
@@ -318,7 +319,6 @@ def measure_memory(url: str, tmp: Path, loop: str, args: argparse.Namespace) -> 
     if str(HERE) not in sys.path:  # amarks' and marks' key names
         sys.path[:0] = [str(HERE), str(BENCH_DIR / "peers")]
     import amarks
-    import marks
 
     conn = redis.Redis.from_url(url)
     conn.flushall()
@@ -336,10 +336,12 @@ def measure_memory(url: str, tmp: Path, loop: str, args: argparse.Namespace) -> 
     try:
         with master.running(f"memory[{loop}]"):
             master.wait_children(1)
-            child = next(iter(master.children()))
-            client.push_bulk({"job": "async_jobmaster_app.anoop", "args": [[]]})
-            if not proctree.wait_until(lambda: conn.get(marks.DONE_KEY), 60, 0.05):
+            client.push_bulk({"job": "async_jobmaster_app.apid", "args": [[]]})
+            if not proctree.wait_until(lambda: conn.get(amarks.PID_KEY), 60, 0.05):
                 raise RuntimeError("the child ran no async job in 60 s")
+            # The child is the process that ran it (not whatever the master's
+            # children looked like while it started).
+            child = int(conn.get(amarks.PID_KEY) or 0)
             time.sleep(1.0)  # settled after its first job
             out["idle"] = memory_of(child)
             started = time.monotonic()
@@ -357,7 +359,12 @@ def measure_memory(url: str, tmp: Path, loop: str, args: argparse.Namespace) -> 
             time.sleep(1.0)  # the last ones past their first await
             out["busy"] = memory_of(child)
             out["same_child"] = child in master.children()
+            out["child_pid"] = child
             out["running_seen"] = int(conn.get(amarks.STARTED_KEY) or 0)
+            # jobmaster's own view comes with the child's next heartbeat (seconds).
+            proctree.wait_until(
+                lambda: jobmaster_counts(client)[0] == count, HEARTBEAT_WAIT_S, 0.25
+            )
             out["jobmaster_busy"], out["jobmaster_failed"] = jobmaster_counts(client)
     except Exception as error:  # reported; the other figures stand
         return {**out, "ok": False, "error": f"{type(error).__name__}: {error}"}

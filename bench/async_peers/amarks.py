@@ -36,6 +36,7 @@ PREFIX = "bench:async:"
 FIRST_PREFIX = PREFIX + "first:"  # + pid -> the start time of the process's first job
 LAST_KEY = PREFIX + "last"  # the end time of the job that completed the count
 STARTED_KEY = PREFIX + "started"  # the memory measure's long jobs, counted as they start
+PID_KEY = PREFIX + "pid"  # the memory measure's first job: the pid of the child it ran in
 SLEEP_S = 0.02
 HOLD_CONNECTIONS = 50  # the memory measure's jobs share these to count their starts
 
@@ -160,6 +161,11 @@ def hold_conn() -> redis.asyncio.Redis:
         )
         _hold_clients[loop] = redis.asyncio.Redis(connection_pool=pool)
     return _hold_clients[loop]
+
+
+async def apid() -> None:
+    """Says which process ran it: the child the memory measure then reads."""
+    await marks.aconn().set(PID_KEY, os.getpid())
 
 
 async def ahold(seconds: float) -> None:

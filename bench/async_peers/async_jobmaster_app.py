@@ -8,7 +8,6 @@ the threads column, and the memory measure's long async job.
 from __future__ import annotations
 
 import amarks
-import marks
 
 import jobmaster
 
@@ -39,5 +38,5 @@ async def ahold(seconds: float) -> None:
 
 
 @jobmaster.job
-async def anoop() -> None:
-    await marks.anoop()
+async def apid() -> None:
+    await amarks.apid()
