@@ -20,6 +20,10 @@ JSON = Any  # a value that json.dumps accepts and round-trips
 REQUIRED_FIELDS: dict[str, type] = {"jid": str, "job": str, "args": list, "queue": str}
 # Fields whose text becomes part of Redis key names (status, queue, lock).
 KEY_FIELDS = ("jid", "queue", "unique_digest")
+# Fields a chain's next job (and its on_failure) inherits from the step before
+# it: the trace context a tracing middleware writes (contrib/otel.py), so a
+# chain is one trace however many workers run its steps.
+CARRIED = ("trace_context",)
 
 
 class BadPayload(ValueError):

@@ -11,14 +11,14 @@ list had started (slots.py):
 - a job fetched but not started did nothing: requeued as it was;
 - a job that ran alone when its child died is the culprit: counted;
 - jobs that ran side by side share the suspicion, and none is counted: each
-  is requeued as a ``crash_suspect`` of one half of them (its value names
-  the half: this death and 0 or 1). A suspect runs only beside suspects of
-  its own half (running.py), so each further death halves the jobs the
-  culprit may be among, until it runs alone and is counted. Halving rather
-  than one at a time: a child running 100 async jobs when it died would
-  otherwise run them one by one, and a death costs log2(100) = 7 more
-  deaths at most to name the one that causes it. A half of one job, and a
-  suspect counted, is ``true``: it runs alone.
+  is requeued as a ``crash_suspect``. Up to ALONE_UP_TO of them (a pool of
+  threads), each runs alone (``true``: running.py) until it ends, so a
+  second death names the culprit. More (a child running 100 async jobs),
+  each joins one half of them (its value names the half: this death and 0
+  or 1) and runs only beside its own half: each further death halves the
+  jobs the culprit may be among, down to running alone. One at a time, 100
+  suspects would run one by one after every such death; halving costs a
+  few more deaths instead (log2(100 / 8), about 4).
 
 Where nothing says which jobs had started (``started`` is None), every entry
 is counted, as before the slots existed.
@@ -39,6 +39,8 @@ from jobmaster.recovery import Triage
 from jobmaster.slots import digest
 
 SUSPECT = "crash_suspect"
+# Suspects of one death up to this many each run alone; more are halved.
+ALONE_UP_TO = 8
 
 
 def crash_triage(
@@ -88,6 +90,8 @@ def _half(started: Sequence[bytes], mine: bytes) -> str | bool:
     side when a child died: this death's name and which half it is in (the
     same for every job triaged for that death, whichever master triages it);
     ``True`` (alone) for a half of one."""
+    if len(started) <= ALONE_UP_TO:
+        return True
     ordered = sorted(started)
     middle = (len(ordered) + 1) // 2
     lower = ordered.index(mine) < middle

@@ -163,6 +163,10 @@ class Call:
             self.error = reply
         else:
             self.reply = reply
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Wake the caller: a thread waiting on its box."""
         self.box.put(self)
 
 
@@ -185,12 +189,7 @@ class LoopCall(Call):
         self.loop = asyncio.get_running_loop()
         self.future: asyncio.Future[None] = self.loop.create_future()
 
-    def settle(self, reply: Any) -> None:
-        self.settled = True
-        if isinstance(reply, Exception):
-            self.error = reply
-        else:
-            self.reply = reply
+    def _deliver(self) -> None:
         # A closed loop: the process is ending, nobody reads the reply.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(_resolve, self.future)

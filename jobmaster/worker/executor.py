@@ -29,7 +29,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -104,12 +104,10 @@ class Executor:
             return job
         if job.function is not None and job.function.is_async:
             return run_coroutine(self.arun(unit, job))
-        not_run = self._not_to_run(job, started)
-        if not_run is not None:
-            return self._end(job, not_run, started)
-        function = job.function
-        if function is None or job.refused is not None:
-            return self._end(job, Refused(job.refused or "not registered"), started)
+        ended = self._not_run(job, self._not_to_run(job, started), started)
+        if ended is not None:
+            return ended
+        function = cast(RegisteredJob, job.function)  # refused if None
         chain, around = self._around(job)
         if around is not None:
             try:
@@ -138,11 +136,10 @@ class Executor:
             not_run = await asyncio.to_thread(self._not_to_run, job, started)
         else:
             not_run = self._not_to_run(job, started)
-        if not_run is not None:
-            return self._end(job, not_run, started)
-        function = job.function
-        if function is None or job.refused is not None:
-            return self._end(job, Refused(job.refused or "not registered"), started)
+        ended = self._not_run(job, not_run, started)
+        if ended is not None:
+            return ended
+        function = cast(RegisteredJob, job.function)  # refused if None
         chain, around = self._around(job)
         if around is not None:
             try:
@@ -156,6 +153,17 @@ class Executor:
         if around is not None:
             await middleware.aafter_process(chain, around, ending.error)
         return outcome
+
+    def _not_run(
+        self, job: FetchedJob, not_run: Expired | Skipped | NotStarted | None, started: float
+    ) -> Outcome | None:
+        """The outcome of a job not to run (``not_run``) or that cannot run
+        (refused: not registered here, arguments it cannot open); None: run it."""
+        if not_run is not None:
+            return self._end(job, not_run, started)
+        if job.function is None or job.refused is not None:
+            return self._end(job, Refused(job.refused or "not registered"), started)
+        return None
 
     @staticmethod
     def _read(unit: Unit, started: float) -> FetchedJob | Outcome:

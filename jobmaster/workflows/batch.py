@@ -324,11 +324,16 @@ class Batch:
         return fields
 
     def _callbacks(self) -> dict[str, dict[str, Any]]:
+        """The callbacks' payloads, made once, through the client middleware as
+        any enqueue is (a tracing middleware puts the batch's trace in them);
+        one a middleware drops is kept as it was: a batch's callback is part
+        of the batch, not a job of its own to refuse."""
         if self._callback_payloads is None:
-            self._callback_payloads = {
-                name: sig.with_kwargs(batch_id=self.bid).payload({"callback_of": self.bid})
-                for name, sig in self.callbacks.items()
-            }
+            made = {}
+            for name, sig in self.callbacks.items():
+                payload = sig.with_kwargs(batch_id=self.bid).payload({"callback_of": self.bid})
+                made[name] = middleware.before_enqueue(dict(payload)) or payload
+            self._callback_payloads = made
         return self._callback_payloads
 
     # -- steering it -------------------------------------------------------

@@ -48,6 +48,8 @@ class Step:
     # The batch's callbacks, name -> (queue, jid), as the payload carries them
     # (``batch_callbacks``): FINISH_STEP must be given their keys to push one.
     callbacks: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # The payload's fields its chain's next job inherits (payload.CARRIED).
+    carried: Mapping[str, Any] = field(default_factory=dict)
 
 
 def step_of(payload: Mapping[str, Any]) -> Step | None:
@@ -60,7 +62,8 @@ def step_of(payload: Mapping[str, Any]) -> Step | None:
         chain = None
     if not (batch or chain):
         return None
-    return Step(batch, chain, callbacks_of(payload) if batch else {})
+    carried = {name: payload[name] for name in wire.CARRIED if name in payload}
+    return Step(batch, chain, callbacks_of(payload) if batch else {}, carried)
 
 
 def cancelled(client: redis.Redis, keys: Keys, step: Step | None) -> bool:
@@ -85,8 +88,15 @@ class FollowUp:
     payload: bytes = b""
 
 
-def follow_up(kind: str, chain: Mapping[str, Any] | None, now: float) -> FollowUp:
-    """What a step's outcome does to its chain (pure: unit-tested without Redis)."""
+def follow_up(
+    kind: str,
+    chain: Mapping[str, Any] | None,
+    now: float,
+    carried: Mapping[str, Any] | None = None,
+) -> FollowUp:
+    """What a step's outcome does to its chain (pure: unit-tested without Redis).
+    ``carried``: the step's fields its next job (or on_failure) inherits."""
+    inherited = dict(carried or {})
     if chain is None or kind not in ("done", "dead", "dropped", "cancelled", "expired"):
         return FollowUp()
     cid = str(chain["id"])
@@ -109,7 +119,7 @@ def follow_up(kind: str, chain: Mapping[str, Any] | None, now: float) -> FollowU
         else:
             on_fail = failure if isinstance(failure, Mapping) else None
             field = link(cid, step + 1, steps, rest[1:], dict(on_fail) if on_fail else None)
-            return _job("next", nxt.payload({"chain": field}), now)
+            return _job("next", nxt.payload({**inherited, "chain": field}), now)
     # Failed for good (or its next step is unreadable): the chain stops here.
     if not isinstance(failure, Mapping):
         return FollowUp("failed")
@@ -118,7 +128,7 @@ def follow_up(kind: str, chain: Mapping[str, Any] | None, now: float) -> FollowU
     except TypeError as error:
         log.error("chain %s: its on_failure is not a valid signature (%s)", cid, error)
         return FollowUp("failed")
-    return _job("failed", callback.payload({"callback_of": cid}), now)
+    return _job("failed", callback.payload({**inherited, "callback_of": cid}), now)
 
 
 def _job(event: str, payload: dict[str, Any], now: float) -> FollowUp:
@@ -133,7 +143,7 @@ def _int(value: object, default: int) -> int:
 def workflow_step(keys: Keys, kind: str, step: Step, status_on: bool) -> WorkflowStep:
     """The workflow part of FINISH_STEP and BURY_STEP (WorkflowStep in scripts.py)."""
     now = time.time()
-    follow = follow_up(kind, step.chain, now)
+    follow = follow_up(kind, step.chain, now, step.carried)
     batch = step.batch
     return WorkflowStep(
         queues_key=keys.queues,

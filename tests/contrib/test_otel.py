@@ -182,3 +182,27 @@ def test_a_forged_trace_context_starts_a_trace_of_its_own(
     consumer = next(s for s in worker_spans(path) if s["name"] == "process default")
     assert consumer["parent_id"] is None and consumer["links"] == []
     assert consumer["attributes"]["jobmaster.outcome"] == "done"
+
+
+def test_a_chain_stays_one_trace_across_its_steps(
+    exporter: InMemorySpanExporter,
+    worker: tuple[JobmasterProcess, Path],
+    redis_url: str,
+) -> None:
+    """The chain's next step is pushed by the worker, not by a producer: it
+    inherits the step's trace context (payload.CARRIED)."""
+    import jobmaster
+    from tests.contrib import otel_app
+
+    jobmaster.configure(redis_url)
+    jobmaster.chain(otel_app.resize.s(1), otel_app.resize.s(2), otel_app.resize.s(3))
+    (publish,) = exporter.get_finished_spans()
+    trace_id, publish_id = ids(publish)
+    _, path = worker
+
+    def consumers() -> list[dict[str, Any]]:
+        return [span for span in worker_spans(path) if span["kind"] == "CONSUMER"]
+
+    wait_until(lambda: len(consumers()) == 3, timeout=30, message="three steps")
+    assert {span["trace_id"] for span in worker_spans(path)} == {trace_id}
+    assert all(span["links"] == [[trace_id, publish_id]] for span in consumers())

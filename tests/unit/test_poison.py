@@ -117,22 +117,24 @@ def test_a_stop_s_push_back_counts_a_run_cut_short_only_for_jobs_that_had_starte
 def test_jobs_that_died_side_by_side_are_split_into_two_halves_of_suspects() -> None:
     """Halving: each half runs apart (running.py), so each further death halves
     the jobs the culprit may be among; the same halves whoever triages them."""
-    raws = [f'{{"jid":"j{n}"}}'.encode() for n in range(5)]
+    raws = [f'{{"jid":"j{n}"}}'.encode() for n in range(21)]
     started = [digest(raw) for raw in raws]
     triage = crash_triage(3, "", "SIGKILL", started=started)
     groups = [triage(raw, job())[0]["crash_suspect"] for raw in raws]
     assert len(set(groups)) == 2 and all(isinstance(g, str) for g in groups)
-    assert sorted(groups.count(g) for g in set(groups)) == [2, 3]  # halves
+    assert sorted(groups.count(g) for g in set(groups)) == [10, 11]  # halves
     again = crash_triage(3, "", "SIGKILL", started=list(reversed(started)))
     assert [again(raw, job())[0]["crash_suspect"] for raw in raws] == groups
     assert all("crash_count" not in triage(raw, job())[0] for raw in raws)  # none counted
 
 
-def test_a_half_of_one_runs_alone_and_a_suspect_dying_alone_is_counted() -> None:
-    raws = [b'{"jid":"a"}', b'{"jid":"b"}', b'{"jid":"c"}']
+def test_a_few_suspects_each_run_alone_and_a_suspect_dying_alone_is_counted() -> None:
+    """A pool of threads' worth (ALONE_UP_TO) each runs alone, as before halving:
+    a death costs more than running a few jobs one after another."""
+    raws = [f'{{"jid":"j{n}"}}'.encode() for n in range(8)]
     started = [digest(raw) for raw in raws]
-    halves = [crash_triage(3, "", "x", started=started)(raw, job())[0] for raw in raws]
-    assert sorted(str(h["crash_suspect"]) for h in halves).count("True") == 1
+    alone = [crash_triage(3, "", "x", started=started)(raw, job())[0] for raw in raws]
+    assert all(payload["crash_suspect"] is True for payload in alone)
     lone = crash_triage(3, "", "x", started=[digest(raws[0])])
     payload, _ = lone(raws[0], job(crash_suspect="d.0"))
     assert payload["crash_suspect"] is True and payload["crash_count"] == 1

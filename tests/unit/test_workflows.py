@@ -64,6 +64,19 @@ def test_a_success_pushes_the_next_step_carrying_the_rest() -> None:
     assert nxt["chain"]["on_failure"]["job"] == "tests.callback"
 
 
+def test_a_step_s_trace_context_travels_to_the_next_step_and_to_on_failure() -> None:
+    """payload.CARRIED: a chain stays one trace (contrib/otel.py writes the field)."""
+    trace = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    field = chain_field([jobs.step.s("b")], jobs.callback.s("failed"))
+    step = step_of({"jid": "j1", "job": "tests.step", "chain": field, "trace_context": trace})
+    assert step is not None and step.carried == {"trace_context": trace}
+    nxt = json.loads(follow_up("done", field, 1.0, step.carried).payload)
+    assert nxt["trace_context"] == trace
+    callback = json.loads(follow_up("dead", field, 1.0, step.carried).payload)
+    assert callback["trace_context"] == trace
+    assert "trace_context" not in json.loads(follow_up("done", field, 1.0).payload)
+
+
 def test_the_last_success_ends_the_chain_and_a_failure_for_good_stops_it() -> None:
     assert follow_up("done", chain_field([]), 1.0).event == "last"
     failed = follow_up("dead", chain_field([jobs.step.s("b")], jobs.callback.s("x")), 1.0)

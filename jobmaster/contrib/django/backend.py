@@ -197,11 +197,17 @@ class JobmasterBackend(compat.BaseTaskBackend):
     def get_result(self, result_id: str) -> compat.TaskResult:
         client = self.client
         jid = str(result_id)
-        record = records.read(client.redis, client.keys, jid) if wire.key_safe(jid) else None
+        if not wire.key_safe(jid):
+            raise compat.TaskResultDoesNotExist(result_id)
+        # The status first: a run writes its record (worker, error) before its
+        # FINISH writes the status, so a record read after an ended status has
+        # every attempt. Read the other way round, a run ending between the two
+        # reads showed FAILED with no attempt, or SUCCESSFUL with one too few.
+        status = client.status(jid)
+        record = records.read(client.redis, client.keys, jid)
         task = known.task_named(record.get("task")) if record else None
         if record is None or task is None:
             raise compat.TaskResultDoesNotExist(result_id)
-        status = client.status(jid)
         state = results.state(status, record)
         errors = results.errors(record, state, status)
         result = results.build(task, jid, state, record, errors, self.alias)
