@@ -118,6 +118,10 @@ class AsyncRunner(threading.Thread):
         self._refusing: set[asyncio.Task[None]] = set()
         self._next: deque[Unit] = deque()  # handed before a slot was back (``_begin``)
         self._ready = threading.Event()
+        # Where a crash suspect, or a job behind one, waits for its turn: never
+        # the default executor, which job code, middleware and hooks need
+        # meanwhile (``asyncio.to_thread``). A thread per task at most.
+        self._waits: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
 
@@ -179,12 +183,14 @@ class AsyncRunner(threading.Thread):
         loop.set_default_executor(
             ThreadPoolExecutor(min(32, self.capacity), thread_name_prefix="jobmaster-loop-io")
         )
+        self._waits = ThreadPoolExecutor(self.capacity, thread_name_prefix="jobmaster-loop-wait")
         self.loop = loop
         loop.call_soon(self._ready.set)
         try:
             loop.run_forever()
         finally:
             loop.close()
+            self._waits.shutdown(wait=False)
 
     def _begin(self, units: list[Unit]) -> None:
         for unit in units:
@@ -216,7 +222,8 @@ class AsyncRunner(threading.Thread):
         try:
             started = self.table.start(unit, slot, wait=False)
             if started is None:  # a crash suspect waits for its turn: off the loop
-                started = await asyncio.to_thread(self.table.start, unit, slot)
+                loop = asyncio.get_running_loop()
+                started = await loop.run_in_executor(self._waits, self.table.start, unit, slot)
             if not started:
                 return  # a stop began while it waited for its turn: pushed back
             try:
