@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -52,13 +53,14 @@ class TaskStopper:
     (``uncancel``), so the task records the outcome undisturbed.
     """
 
-    __slots__ = ("_active", "_cancelled", "_taken_back", "loop", "task")
+    __slots__ = ("_active", "_cancelled", "_landed", "_taken_back", "loop", "task")
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self._active = True
         self._cancelled = False
+        self._landed: float | None = None  # monotonic time the cancel reached the task
         self._taken_back = False
 
     def interrupt(self, _kind: type[BaseException]) -> None:
@@ -69,7 +71,20 @@ class TaskStopper:
     def _cancel(self) -> None:
         if self._active and self.task is not None:
             self._cancelled = True
+            self._landed = time.monotonic()
             self.task.cancel()
+
+    def blamed(self, grace: float) -> bool:
+        """Any thread (the watchdog's, past the job's timeout and ``grace``):
+        whether the job itself keeps running. Its cancel runs on the loop: a
+        job whose task holds the loop is to blame; one whose cancel waits
+        behind another job holding it is not (yet); one that had its cancel
+        ``grace`` seconds ago and goes on, is."""
+        current = asyncio.current_task(self.loop)
+        if current is self.task:
+            return True
+        landed = self._landed
+        return current is None and landed is not None and time.monotonic() - landed >= grace
 
     def done(self) -> None:
         """The loop's thread: the job's coroutine has returned (or raised)."""
