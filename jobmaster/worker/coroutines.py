@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import Coroutine
@@ -33,7 +34,12 @@ def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
         except BaseException as error:  # handed to the caller, whatever it is
             box["error"] = error
 
-    thread = threading.Thread(target=run, name="jobmaster-coroutine", daemon=True)
+    # In the caller's context (a new thread's is empty): ``current_job()`` set
+    # around the call (testing.drain) is the job's, as in a worker.
+    context = contextvars.copy_context()
+    thread = threading.Thread(
+        target=context.run, args=(run,), name="jobmaster-coroutine", daemon=True
+    )
     thread.start()
     thread.join()
     if "error" in box:
