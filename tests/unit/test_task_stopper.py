@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 
 import pytest
 
@@ -75,3 +76,54 @@ def test_run_coroutine_from_inside_a_running_loop_uses_a_loop_of_its_own() -> No
 
     assert run_coroutine(value()) == 7
     assert asyncio.run(caller()) == 7
+
+
+def test_a_job_is_blamed_for_running_on_only_once_it_had_its_cancel_or_holds_the_loop() -> None:
+    """Past its timeout's grace (watchdog.py): not while another job holds the
+    loop (its cancel waits), but once it holds the loop itself, or swallowed
+    its cancel ``grace`` seconds ago."""
+    seen: dict[str, bool] = {}
+
+    def look(name: str, stopper: TaskStopper, grace: float, after: float = 0.0) -> None:
+        """From another thread (the watchdog's), ``after`` seconds from now."""
+
+        def run() -> None:
+            time.sleep(after)
+            seen[name] = stopper.blamed(grace)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        if not after:
+            thread.join()  # the caller holds the loop meanwhile
+
+    async def main() -> None:
+        stoppers: list[TaskStopper] = []
+        ending = asyncio.Event()
+
+        async def job() -> None:
+            stopper = TaskStopper()
+            stoppers.append(stopper)
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:  # swallowed: a bad job
+                look("holds the loop", stopper, 60.0)
+            await ending.wait()
+
+        task = asyncio.create_task(job())
+        await asyncio.sleep(0.05)
+        [stopper] = stoppers
+        stopper.interrupt(TimeoutError)
+        look("behind another", stopper, 0.0)  # main() holds the loop: the cancel waits
+        look("swallowed", stopper, 0.0, after=0.1)  # the loop free, its cancel landed
+        look("within grace", stopper, 60.0, after=0.1)
+        await asyncio.sleep(0.3)
+        ending.set()
+        await task
+
+    asyncio.run(main())
+    assert seen == {
+        "behind another": False,
+        "holds the loop": True,
+        "swallowed": True,
+        "within grace": False,
+    }
