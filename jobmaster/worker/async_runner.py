@@ -46,6 +46,7 @@ import redis
 from jobmaster import payload as wire
 from jobmaster import registry
 from jobmaster.errors import ConfigError
+from jobmaster.worker.coroutines import closing
 from jobmaster.worker.executor import Executor
 from jobmaster.worker.outcome import Outcome
 from jobmaster.worker.running import RunningTable
@@ -157,6 +158,7 @@ class AsyncRunner(threading.Thread):
         self.join(timeout)
 
     async def _shutdown(self, wait: float) -> None:
+        closing(asyncio.get_running_loop())  # what follows is no job's own cancel
         current = asyncio.current_task()
         tasks = [task for task in asyncio.all_tasks() if task is not current]
         for task in tasks:

@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import threading
 import time
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -45,6 +46,17 @@ def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]
+
+
+# Loops whose tasks are being cancelled because their process stops
+# (async_runner.py): on Python 3.10, which has no ``Task.cancelling()``, the
+# only way to tell that cancel from a job's own ``CancelledError``.
+_closing: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def closing(loop: asyncio.AbstractEventLoop) -> None:
+    """Its tasks are about to be cancelled from outside: the process stops."""
+    _closing.add(loop)
 
 
 class TaskStopper:
@@ -107,7 +119,9 @@ class TaskStopper:
     def cancelled_from_outside(self) -> bool:
         """The task itself was cancelled, not by this stopper: the worker is
         ending (its loop closing) and the job's outcome is not its to record.
-        (Python 3.10 cannot tell this from a job's own CancelledError.)"""
-        if self._cancelled or self.task is None or not hasattr(self.task, "cancelling"):
+        (Python 3.10 has no ``cancelling()``: there, its loop is ``closing``.)"""
+        if self._cancelled or self.task is None:
             return False
+        if not hasattr(self.task, "cancelling"):
+            return self.loop in _closing
         return bool(self.task.cancelling())

@@ -5,13 +5,14 @@ from outside (the loop closing at a stop) told apart from the job's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 import time
 
 import pytest
 
-from jobmaster.worker.coroutines import TaskStopper, run_coroutine
+from jobmaster.worker.coroutines import TaskStopper, closing, run_coroutine
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -127,3 +128,31 @@ def test_a_job_is_blamed_for_running_on_only_once_it_had_its_cancel_or_holds_the
         "swallowed": True,
         "within grace": False,
     }
+
+
+def test_a_cancel_of_a_closing_loop_s_task_is_told_apart_on_every_python() -> None:
+    """The worker's loop closing at a stop (async_runner.py) cancels every task:
+    no job's own cancel. Python 3.10 has no Task.cancelling(): there it was read
+    as the job's error, and each job pushed back logged a failure (and told its
+    middleware so) as it was requeued."""
+
+    async def main() -> list[bool]:
+        seen: list[bool] = []
+
+        async def job() -> None:
+            stopper = TaskStopper()
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                seen.append(stopper.cancelled_from_outside())
+                raise
+
+        task = asyncio.create_task(job())
+        await asyncio.sleep(0.01)
+        closing(asyncio.get_running_loop())
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return seen
+
+    assert asyncio.run(main()) == [True]
