@@ -38,13 +38,14 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import redis
 
+from jobmaster import current, registry
 from jobmaster import payload as wire
-from jobmaster import registry
 from jobmaster.errors import ConfigError
 from jobmaster.worker.coroutines import closing
 from jobmaster.worker.executor import Executor
@@ -295,7 +296,9 @@ class LoopLag(threading.Thread):
     def _culprit(self, loop: asyncio.AbstractEventLoop, lag: float) -> dict[str, Any]:
         task = asyncio.current_task(loop)
         unit = self.runner.job_of(task) if task is not None else None
-        payload = (unit.payload or {}) if unit is not None else {}
+        payload: Mapping[str, Any] = (unit.payload or {}) if unit is not None else {}
+        if unit is None and task is not None:
+            payload = _job_in_context(task)
         return {
             "jid": str(payload.get("jid", "?")),
             "job": str(payload.get("job", "(not a job's task)")),
@@ -314,6 +317,16 @@ class LoopLag(threading.Thread):
                 blocked["jid"],
                 extra={"jid": blocked["jid"], "job": blocked["job"]},
             )
+
+
+def _job_in_context(task: asyncio.Task[Any]) -> Mapping[str, Any]:
+    """The payload of the job a task of its own belongs to (one that
+    ``asyncio.gather`` or a TaskGroup made for its code inherits the job's
+    context: ``current_job()``); empty if none, or before Python 3.12, whose
+    tasks do not show their context."""
+    context = getattr(task, "get_context", None)
+    running = context().get(current._current) if context is not None else None
+    return running.payload if running is not None else {}
 
 
 THREADS, LOOP = 0, 1  # the feed's pools (fetch.Pool), in the manager's order

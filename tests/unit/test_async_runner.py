@@ -4,14 +4,17 @@ stand-in for the executor and the manager: no Redis."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from jobmaster.worker.async_runner import AsyncRunner
+from jobmaster import current
+from jobmaster.worker.async_runner import AsyncRunner, LoopLag
 from jobmaster.worker.running import RunningTable
 from jobmaster.worker.unit import Unit
 from tests.helpers import wait_until
@@ -123,3 +126,41 @@ def test_jobs_waiting_behind_a_crash_suspect_leave_the_loop_its_threads(
         timeout=10,
         message=f"all 36 jobs ran ({len(work.recorded)} did)",
     )
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Task.get_context() is 3.12+")
+def test_loop_lag_names_the_job_whose_own_task_blocks_the_loop() -> None:
+    """A job's code often runs in tasks of its own (asyncio.gather wraps each
+    coroutine in one, a TaskGroup makes them): one of those blocking the loop
+    was named "(not a job's task)". It inherits the job's context, which
+    names the job."""
+    stop = threading.Event()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-loop")
+    thread.start()
+    runner = SimpleNamespace(loop=loop, job_of=lambda _task: None)
+    lag = LoopLag(runner, 0.1, stop)  # type: ignore[arg-type]
+    lag.start()
+
+    async def job() -> None:
+        token = current.enter({"jid": "j1", "job": "app.jobs.parse"}, "default")
+        try:
+            await asyncio.gather(asyncio.sleep(0), parse())
+        finally:
+            current.leave(token)
+
+    async def parse() -> None:
+        time.sleep(1.0)  # CPU-bound by mistake
+
+    try:
+        future = asyncio.run_coroutine_threadsafe(job(), loop)
+        wait_until(lambda: lag.blocked is not None, timeout=5, message="the block noticed")
+        assert lag.blocked is not None
+        assert (lag.blocked["job"], lag.blocked["jid"]) == ("app.jobs.parse", "j1")
+        future.result(timeout=5)
+    finally:
+        stop.set()
+        lag.join(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
