@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from jobmaster.current import _current as _running_job
+
 T = TypeVar("T")
 
 
@@ -59,6 +61,11 @@ def closing(loop: asyncio.AbstractEventLoop) -> None:
     _closing.add(loop)
 
 
+# The task of each async job running on a loop of this process, to its stopper:
+# which job holds a loop (``TaskStopper.blamed``).
+_jobs: weakref.WeakKeyDictionary[asyncio.Task[Any], TaskStopper] = weakref.WeakKeyDictionary()
+
+
 class TaskStopper:
     """Stops the running async job's task from any thread (its timeout, a
     cancel), for as long as the job's own code runs and no longer.
@@ -80,6 +87,8 @@ class TaskStopper:
         self._cancelled = False
         self._landed: float | None = None  # monotonic time the cancel reached the task
         self._taken_back = False
+        if self.task is not None:
+            _jobs[self.task] = self
 
     def interrupt(self, _kind: type[BaseException]) -> None:
         """Any thread: stop the job (the kind is read back from its scope)."""
@@ -95,14 +104,26 @@ class TaskStopper:
     def blamed(self, grace: float) -> bool:
         """Any thread (the watchdog's, past the job's timeout and ``grace``):
         whether the job itself keeps running. Its cancel runs on the loop: a
-        job whose task holds the loop is to blame; one whose cancel waits
-        behind another job holding it is not (yet); one that had its cancel
-        ``grace`` seconds ago and goes on, is."""
+        job that holds the loop (its task, or a task its code made) is to
+        blame; one whose cancel waits behind another job holding the loop is
+        not (yet); one that had its cancel ``grace`` seconds ago and goes on,
+        is. A task whose job cannot be told (before Python 3.12, a task a job
+        made) is taken for this job's: given up on, as a stuck job is."""
         current = asyncio.current_task(self.loop)
+        if current is None:  # the loop is free: the cancel has its turn
+            landed = self._landed
+            return landed is not None and time.monotonic() - landed >= grace
         if current is self.task:
             return True
-        landed = self._landed
-        return current is None and landed is not None and time.monotonic() - landed >= grace
+        other = _jobs.get(current)
+        if other is not None:
+            return False  # another job's task holds the loop
+        theirs = getattr(current, "get_context", None)  # Python 3.12+
+        mine = getattr(self.task, "get_context", None)
+        if theirs is None or mine is None:
+            return True
+        job = theirs().get(_running_job)
+        return job is None or job is mine().get(_running_job)
 
     def done(self) -> None:
         """The loop's thread: the job's coroutine has returned (or raised)."""

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from jobmaster import current
 from jobmaster.worker.coroutines import TaskStopper, closing, run_coroutine
 
 pytestmark = pytest.mark.timeout(30)
@@ -114,7 +115,8 @@ def test_a_job_is_blamed_for_running_on_only_once_it_had_its_cancel_or_holds_the
         await asyncio.sleep(0.05)
         [stopper] = stoppers
         stopper.interrupt(TimeoutError)
-        look("behind another", stopper, 0.0)  # main() holds the loop: the cancel waits
+        TaskStopper()  # main() is a job too, and holds the loop: the cancel waits
+        look("behind another", stopper, 0.0)
         look("swallowed", stopper, 0.0, after=0.1)  # the loop free, its cancel landed
         look("within grace", stopper, 60.0, after=0.1)
         await asyncio.sleep(0.3)
@@ -156,3 +158,27 @@ def test_a_cancel_of_a_closing_loop_s_task_is_told_apart_on_every_python() -> No
         return seen
 
     assert asyncio.run(main()) == [True]
+
+
+def test_a_job_whose_own_task_holds_the_loop_is_blamed() -> None:
+    """asyncio.gather runs a job's coroutines in tasks of their own: one of
+    them blocking the loop is the job's doing (on any Python: before 3.12 a
+    task no job is known to own is taken for the job's)."""
+    seen: list[bool] = []
+
+    async def main() -> None:
+        stopper = TaskStopper()
+        token = current.enter({"jid": "j1", "job": "app.jobs.parse"}, "default")
+
+        async def parse() -> None:
+            thread = threading.Thread(target=lambda: seen.append(stopper.blamed(60.0)))
+            thread.start()
+            thread.join()  # holds the loop meanwhile
+
+        try:
+            await asyncio.gather(parse())
+        finally:
+            current.leave(token)
+
+    asyncio.run(main())
+    assert seen == [True]
