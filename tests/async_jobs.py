@@ -98,3 +98,11 @@ class SyncMarks(Middleware):
     def after_process(self, job: JobContext, error: BaseException | None) -> None:
         outcome = "ok" if error is None else type(error).__name__
         store().rpush("test:middleware", f"after:{job.payload['args'][0]}:{outcome}")
+
+
+@jobmaster.job(name="tests.async.threaded_wait")
+async def threaded_wait(marker: str, seconds: float = 30.0) -> None:
+    """Waits in a thread of the loop's (``asyncio.to_thread``), as the README
+    advises for a blocking call: a call that outlives the process's stop."""
+    await asyncio.to_thread(store().rpush, "test:async:started", marker)
+    await asyncio.to_thread(time.sleep, seconds)

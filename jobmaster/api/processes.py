@@ -114,7 +114,7 @@ class Process:
             return None
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # "[[[[...": json recurses per level
             return None
         if not isinstance(value, dict):
             return None

@@ -38,14 +38,16 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import redis
 
+from jobmaster import current, registry
 from jobmaster import payload as wire
-from jobmaster import registry
 from jobmaster.errors import ConfigError
+from jobmaster.worker.coroutines import closing
 from jobmaster.worker.executor import Executor
 from jobmaster.worker.outcome import Outcome
 from jobmaster.worker.running import RunningTable
@@ -118,6 +120,10 @@ class AsyncRunner(threading.Thread):
         self._refusing: set[asyncio.Task[None]] = set()
         self._next: deque[Unit] = deque()  # handed before a slot was back (``_begin``)
         self._ready = threading.Event()
+        # Where a crash suspect, or a job behind one, waits for its turn: never
+        # the default executor, which job code, middleware and hooks need
+        # meanwhile (``asyncio.to_thread``). A thread per task at most.
+        self._waits: ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: BaseException | None = None
 
@@ -153,6 +159,7 @@ class AsyncRunner(threading.Thread):
         self.join(timeout)
 
     async def _shutdown(self, wait: float) -> None:
+        closing(asyncio.get_running_loop())  # what follows is no job's own cancel
         current = asyncio.current_task()
         tasks = [task for task in asyncio.all_tasks() if task is not current]
         for task in tasks:
@@ -179,12 +186,14 @@ class AsyncRunner(threading.Thread):
         loop.set_default_executor(
             ThreadPoolExecutor(min(32, self.capacity), thread_name_prefix="jobmaster-loop-io")
         )
+        self._waits = ThreadPoolExecutor(self.capacity, thread_name_prefix="jobmaster-loop-wait")
         self.loop = loop
         loop.call_soon(self._ready.set)
         try:
             loop.run_forever()
         finally:
             loop.close()
+            self._waits.shutdown(wait=False)
 
     def _begin(self, units: list[Unit]) -> None:
         for unit in units:
@@ -216,7 +225,8 @@ class AsyncRunner(threading.Thread):
         try:
             started = self.table.start(unit, slot, wait=False)
             if started is None:  # a crash suspect waits for its turn: off the loop
-                started = await asyncio.to_thread(self.table.start, unit, slot)
+                loop = asyncio.get_running_loop()
+                started = await loop.run_in_executor(self._waits, self.table.start, unit, slot)
             if not started:
                 return  # a stop began while it waited for its turn: pushed back
             try:
@@ -286,7 +296,9 @@ class LoopLag(threading.Thread):
     def _culprit(self, loop: asyncio.AbstractEventLoop, lag: float) -> dict[str, Any]:
         task = asyncio.current_task(loop)
         unit = self.runner.job_of(task) if task is not None else None
-        payload = (unit.payload or {}) if unit is not None else {}
+        payload: Mapping[str, Any] = (unit.payload or {}) if unit is not None else {}
+        if unit is None and task is not None:
+            payload = _job_in_context(task)
         return {
             "jid": str(payload.get("jid", "?")),
             "job": str(payload.get("job", "(not a job's task)")),
@@ -305,6 +317,16 @@ class LoopLag(threading.Thread):
                 blocked["jid"],
                 extra={"jid": blocked["jid"], "job": blocked["job"]},
             )
+
+
+def _job_in_context(task: asyncio.Task[Any]) -> Mapping[str, Any]:
+    """The payload of the job a task of its own belongs to (one that
+    ``asyncio.gather`` or a TaskGroup made for its code inherits the job's
+    context: ``current_job()``); empty if none, or before Python 3.12, whose
+    tasks do not show their context."""
+    context = getattr(task, "get_context", None)
+    running = context().get(current._current) if context is not None else None
+    return running.payload if running is not None else {}
 
 
 THREADS, LOOP = 0, 1  # the feed's pools (fetch.Pool), in the manager's order

@@ -73,11 +73,13 @@ and otherwise sleeps on its inbox (a mark made while it sleeps wakes it).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -170,13 +172,60 @@ class Call:
         self.box.put(self)
 
 
+class Mailbox:
+    """Replies for one event loop's coroutines, handed over in bulk.
+
+    ``call_soon_threadsafe`` writes to the loop's wakeup pipe: a system call
+    and a wakeup per reply, where a round trip settles many FINISHes at once.
+    The core's thread posts each settled future here; the first post since
+    the loop last emptied the box schedules one ``drain`` for all of them.
+    (Under the GIL a post racing a drain at worst schedules one drain more.)
+    """
+
+    __slots__ = ("_futures", "_scheduled", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._futures: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._scheduled = False
+
+    def post(self, future: asyncio.Future[None]) -> None:
+        self._futures.append(future)
+        if not self._scheduled:
+            self._scheduled = True
+            # A closed loop: the process is ending, nobody reads the reply.
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        futures = self._futures
+        while futures:
+            future = futures.popleft()
+            if not future.done():
+                future.set_result(None)
+
+
+_MAILBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def mailbox_of(loop: asyncio.AbstractEventLoop) -> Mailbox:
+    """The loop's mailbox (made on the loop's thread, by its first call)."""
+    box = _MAILBOXES.get(loop)
+    if box is None:
+        box = _MAILBOXES[loop] = Mailbox(loop)
+    return box
+
+
 class LoopCall(Call):
     """A call made by a coroutine (``IOCore.asend``): settled on the core's
-    thread, it resolves its future on the event loop's. The core never waits
-    on the loop (``call_soon_threadsafe`` only queues a callback), and a loop
-    blocked by a job delays only the moment its coroutine reads the reply."""
+    thread, it resolves its future on the event loop's, through the loop's
+    ``Mailbox``. The core never waits on the loop (a post only queues), and a
+    loop blocked by a job delays only the moment its coroutine reads the reply."""
 
-    __slots__ = ("future", "loop")
+    __slots__ = ("future", "mailbox")
 
     def __init__(
         self,
@@ -186,18 +235,12 @@ class LoopCall(Call):
         frees: Runner | None = None,
     ) -> None:
         super().__init__(script, keys, args, frees)
-        self.loop = asyncio.get_running_loop()
-        self.future: asyncio.Future[None] = self.loop.create_future()
+        loop = asyncio.get_running_loop()
+        self.mailbox = mailbox_of(loop)
+        self.future: asyncio.Future[None] = loop.create_future()
 
     def _deliver(self) -> None:
-        # A closed loop: the process is ending, nobody reads the reply.
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(_resolve, self.future)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+        self.mailbox.post(self.future)
 
 
 class Merged(Call):

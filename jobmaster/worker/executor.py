@@ -60,7 +60,7 @@ from jobmaster.worker.outcome import (
     conclude,
 )
 from jobmaster.worker.unit import Unit
-from jobmaster.worker.watchdog import Armed, Interrupt, Watchdog
+from jobmaster.worker.watchdog import Armed, Blamed, Interrupt, Watchdog
 from jobmaster.workflows import batch, steps
 
 log = logging.getLogger("jobmaster.worker.executor")
@@ -229,7 +229,7 @@ class Executor:
             await asyncio.to_thread(self._release_until_started, job)
         args, kwargs = job.arguments
         stopper = TaskStopper()
-        scope = Scope(job, self.watchdog, self.cancels, stopper.interrupt)
+        scope = Scope(job, self.watchdog, self.cancels, stopper.interrupt, stopper.blamed)
         try:
             with scope:
                 try:
@@ -284,6 +284,7 @@ class Scope:
         "_batch",
         "_current",
         "_watched",
+        "blamed",
         "cancels",
         "interrupt",
         "job",
@@ -296,13 +297,16 @@ class Scope:
         watchdog: Watchdog | None,
         cancels: CancelWatch | None,
         interrupt: Interrupt | None = None,
+        blamed: Blamed | None = None,
     ) -> None:
         """``interrupt``: how the timeout and a cancel stop the job (None: an
-        exception raised in this thread)."""
+        exception raised in this thread); ``blamed``: whether it is stuck once
+        past its timeout's grace (watchdog.py; None: it is)."""
         self.job = job
         self.watchdog = watchdog
         self.cancels = cancels
         self.interrupt = interrupt
+        self.blamed = blamed
         self._watched: Watched | None = None
         self._armed: Armed | None = None
         self._batch: batch.RunningToken | None = None
@@ -314,7 +318,7 @@ class Scope:
             if self.cancels is not None:  # raises JobCancelled if already asked
                 self._watched = self.cancels.watch(job.jid, self.interrupt)
             if self.watchdog is not None:
-                self._armed = self.watchdog.arm(job, job.timeout, self.interrupt)
+                self._armed = self.watchdog.arm(job, job.timeout, self.interrupt, self.blamed)
             self._batch = batch.enter_running(job.payload)
             self._current = current.enter(job.wire, job.queue)
         except BaseException:

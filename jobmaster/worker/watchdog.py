@@ -7,7 +7,10 @@ in C code (a CPU-bound extension, a blocking call) never reaches a bytecode,
 so ``timeout_grace`` seconds later the watchdog records the attempt as
 failed itself, marks the job abandoned (if the thread ever returns, it must
 not record it twice) and reports it, so the child can be recycled through
-the supervisor's graceful path.
+the supervisor's graceful path. An async job's timeout cancels its task on
+its event loop, which another job may be holding (a blocking call): such a
+job is not stuck, its cancel waits, and it is given up on only once it had
+its cancel for ``timeout_grace`` (or holds the loop itself).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ TICK = 0.1  # seconds between looks: a timeout fires at most this late
 # Stops a running job with an exception of this class, where a raise in its
 # thread cannot (an async job: its task is cancelled on its loop).
 Interrupt = Callable[[type[BaseException]], None]
+# Whether a job stopped by an ``Interrupt`` is to blame for still running
+# ``grace`` seconds after: an async job's cancel waits for its loop, which
+# another job may hold (coroutines.TaskStopper.blamed).
+Blamed = Callable[[float], bool]
 
 
 @dataclass(eq=False)
@@ -42,6 +49,7 @@ class Armed:
     hard_deadline: float  # monotonic: give up on the thread
     fired: bool = False
     interrupt: Interrupt | None = None  # None: raise in ``thread_id``
+    blamed: Blamed | None = None  # None: past ``hard_deadline`` it is stuck
 
     def fire(self) -> None:
         self.fired = True
@@ -84,17 +92,29 @@ class Watchdog(threading.Thread):
             self.disarm(armed)
 
     def arm(
-        self, job: FetchedJob, timeout: float | None, interrupt: Interrupt | None = None
+        self,
+        job: FetchedJob,
+        timeout: float | None,
+        interrupt: Interrupt | None = None,
+        blamed: Blamed | None = None,
     ) -> Armed | None:
         """``deadline`` in two calls, for the executor (which enters a job's
         scopes in one object: worker/executor.py); ``disarm`` must follow.
-        ``interrupt``: how to stop the job (None: raise in this thread)."""
+        ``interrupt``: how to stop the job (None: raise in this thread);
+        ``blamed``: whether, past its hard deadline, the job itself keeps
+        running (None: it does)."""
         if not timeout:
             return None
         thread_id = threading.get_ident()
         now = time.monotonic()
         armed = Armed(
-            job, thread_id, timeout, now + timeout, now + timeout + self.grace, interrupt=interrupt
+            job,
+            thread_id,
+            timeout,
+            now + timeout,
+            now + timeout + self.grace,
+            interrupt=interrupt,
+            blamed=blamed,
         )
         with self._lock:
             self._armed[armed.key] = armed
@@ -118,7 +138,11 @@ class Watchdog(threading.Thread):
                 for armed in list(self._armed.values()):
                     if not armed.fired and now >= armed.deadline:
                         armed.fire()
-                    elif armed.fired and now >= armed.hard_deadline:
+                    elif (
+                        armed.fired
+                        and now >= armed.hard_deadline
+                        and (armed.blamed is None or armed.blamed(self.grace))
+                    ):
                         del self._armed[armed.key]
                         stuck.append(armed)
             for armed in stuck:

@@ -175,3 +175,17 @@ def test_a_chain_of_async_jobs_moves_on_and_keeps_each_result(client: Client) ->
     assert testing.work() == Counter(done=2)
     status = jobmaster.chain_status(cid)
     assert status is not None and status["state"] == "succeeded" and status["done"] == 2
+
+
+def test_drain_from_a_running_event_loop_keeps_current_job_for_an_async_job(
+    client: Client,
+) -> None:
+    """drain() called by an async test runs an async job on a thread of its
+    own (coroutines.run_coroutine): that thread began with an empty context,
+    so ``current_job()`` was None in the job, as it never is in a worker."""
+    async_jobs.who.enqueue("drained from a loop")
+
+    async def an_async_test() -> int:
+        return testing.drain()
+
+    assert asyncio.run(an_async_test()) == 1

@@ -105,7 +105,8 @@ def test_an_async_job_that_swallows_its_cancel_is_given_up_and_its_child_recycle
     first = child_pids(master)
     client = Client(redis_url)
     wait_until(lambda: client.status(jid) == "dead", timeout=15, message="given up")
-    assert done(store, "test:async:swallowed") == ["stubborn"]
+    # Its timeout's cancel, swallowed (the recycle's stop may cancel it once more).
+    assert done(store, "test:async:swallowed")[:1] == ["stubborn"]
     assert client.attempts(str(jid))[0]["error_class"] == "JobTimeout"
     wait_until(
         lambda: child_pids(master) and child_pids(master) != first,

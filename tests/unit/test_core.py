@@ -337,3 +337,32 @@ def test_a_bug_in_a_round_fails_its_calls_like_a_lost_round_trip(
     with pytest.raises(redis.RedisError, match="a bug of ours"):
         core.call(script, ["k"], ["lost"])  # type: ignore[arg-type]
     assert core.call(script, ["k"], ["next"]) == "next"  # type: ignore[arg-type]
+
+
+def test_a_loop_s_replies_settled_together_wake_it_once() -> None:
+    """Mailbox: the FINISHes of one round trip reach their coroutines through
+    one wakeup of the loop, not one each."""
+    import asyncio
+
+    from jobmaster.worker.core import mailbox_of
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        box = mailbox_of(loop)
+        futures = [loop.create_future() for _ in range(50)]
+        wakeups = 0
+        real = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            nonlocal wakeups
+            wakeups += 1
+            return real(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        poster = threading.Thread(target=lambda: [box.post(future) for future in futures])
+        poster.start()
+        poster.join()
+        await asyncio.gather(*futures)
+        return wakeups
+
+    assert asyncio.run(main()) == 1
