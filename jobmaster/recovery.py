@@ -30,7 +30,7 @@ from jobmaster import payload as wire
 from jobmaster import registry
 from jobmaster.connection import byte_list
 from jobmaster.deadset import DeadSetLimits
-from jobmaster.failure_hook import ON_FAILURE
+from jobmaster.failure_hook import ON_FAILURE, listened
 from jobmaster.keys import Keys
 from jobmaster.scripts import Bury, BuryStep, Scripts, Transfer
 from jobmaster.unique import MODES
@@ -278,7 +278,7 @@ class Recovery:
         a master that did not preload the app cannot tell, and queues it anyway.
         """
         known = registry.lookup(entry.get("job"))
-        if known is not None and known.job_options.on_failure is None:
+        if known is not None and known.job_options.on_failure is None and not listened():
             return None
         hook = wire.build(ON_FAILURE, [entry, reason], {}, queue=str(entry.get("queue")))
         hook["enqueued_at"] = time.time()

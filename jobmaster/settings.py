@@ -14,6 +14,7 @@ where the value came from (file and key, environment variable, option).
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import math
 import re
@@ -130,6 +131,19 @@ def boolean(value: object) -> bool:
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
     raise ValueError(f"must be true or false, {_got(value)}")
+
+
+def loop_kind(value: object) -> str:
+    """``async_loop``: refused here, in the master (and ``jobmaster check``),
+    when it names uvloop and uvloop is not installed: each child would fail
+    at its start, and the master fork them again and again."""
+    kind = str(choice("auto", "uvloop", "asyncio")(value))
+    if kind == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise ValueError(
+            "uvloop is not installed (pip install 'jobmaster[uvloop]'); "
+            'use "auto" (uvloop when installed) or "asyncio"'
+        )
+    return kind
 
 
 def choice(*options: str) -> Parser:
@@ -573,7 +587,7 @@ _ALL = [
         name="async_loop",
         default="auto",
         help="The children's event loop: auto (uvloop when installed), uvloop or asyncio.",
-        parse=choice("auto", "uvloop", "asyncio"),
+        parse=loop_kind,
         env="JOBMASTER_ASYNC_LOOP",
         metavar="[auto|uvloop|asyncio]",
     ),

@@ -23,6 +23,10 @@ they may be secrets (``encrypt=True``) or personal data.
 - ``"failures"``: every failed attempt, retries included (``jobmaster.outcome``
   tells ``retry`` from ``dead`` and ``failed``).
 A cancelled job (``jobmaster.cancel``) is never reported: it did not fail.
+A poison pill (a job that kept killing its worker, buried by the master,
+which runs no job code) is reported as a death too, by the worker that runs
+its failure hook (jobmaster/failure_hook.py), with the job's own tags and
+a ``PoisonPill`` error.
 
 Around fork: ``sentry_sdk.init`` may run in the master, with the preloaded app.
 It starts no thread there, and sentry-sdk (2.x) starts its sender thread
@@ -53,9 +57,11 @@ from sentry_sdk.integrations.logging import ignore_logger
 from sentry_sdk.utils import event_from_exception
 
 import jobmaster
+from jobmaster import failure_hook
 from jobmaster import middleware as middlewares
 from jobmaster.contrib import _failures
 from jobmaster.current import JobInfo
+from jobmaster.errors import PoisonPill
 from jobmaster.middleware import JobContext, Middleware
 
 log = logging.getLogger("jobmaster.contrib.sentry")
@@ -63,7 +69,16 @@ log = logging.getLogger("jobmaster.contrib.sentry")
 Report = Literal["deaths", "failures"]
 GroupBy = Literal["job", "job+error", "sentry"]
 FLUSH_TIMEOUT = 2.0  # seconds a stopping child gives its queued events
-IGNORED_LOGGERS = ("jobmaster.worker.executor", "django.tasks", "django_tasks")
+# Lines that would be a second event for a failure this module reports: a
+# job's end line, Django's for a failed task, and the master's for a child a
+# poison pill killed and for the pill's burial (reported as the job's death).
+IGNORED_LOGGERS = (
+    "jobmaster.worker.executor",
+    "jobmaster.supervisor.deaths",
+    "jobmaster.recovery",
+    "django.tasks",
+    "django_tasks",
+)
 
 # The job's isolation scope, entered by before_process and left by
 # after_process (the same thread, or the same asyncio task, for one job).
@@ -82,6 +97,11 @@ class SentryMiddleware(Middleware):
             raise ValueError(f"group_by must be 'job', 'job+error' or 'sentry', got {group_by!r}")
         self.report = report
         self.group_by = group_by
+        # A poison pill is buried by the master, which runs no job code: the
+        # worker running its failure hook reports its death (failure_hook.py).
+        global _reporter
+        _reporter = self
+        failure_hook.on_buried(_report_buried)
         # A failed job's end line would be a second event: jobmaster's, and
         # Django's for a failed task (its task_finished receiver logs it).
         for logger in IGNORED_LOGGERS:
@@ -121,7 +141,10 @@ class SentryMiddleware(Middleware):
             return
         if self.report == "deaths" and outcome not in _failures.FOR_GOOD:
             return
-        info = JobInfo.of(job.payload, job.queue)
+        self.capture(JobInfo.of(job.payload, job.queue), error, outcome)
+
+    def capture(self, info: JobInfo, error: BaseException, outcome: str) -> None:
+        """One event for the job ``info`` names, on top of the current scope."""
         client = sentry_sdk.get_client()
         event, hint = event_from_exception(
             error,
@@ -142,6 +165,23 @@ class SentryMiddleware(Middleware):
         if self.group_by == "job+error":
             return ["jobmaster", info.name, f"{type(error).__module__}.{type(error).__qualname__}"]
         return None  # Sentry's own grouping (stack trace)
+
+
+_reporter: SentryMiddleware | None = None  # the middleware made last: its settings
+
+
+def _report_buried(payload: dict[str, Any], error: PoisonPill) -> None:
+    """A job the master buried (it kept killing its worker): one event, tagged
+    as its own jobs' are, in a scope of its own (not the hook job's)."""
+    reporter = _reporter
+    if reporter is None:
+        return
+    info = JobInfo.of(payload)
+    with sentry_sdk.isolation_scope() as scope:
+        for name, value in _tags(info).items():
+            scope.set_tag(name, value)
+        scope.set_transaction_name(info.name)
+        reporter.capture(info, error, "dead")
 
 
 def _leave() -> None:

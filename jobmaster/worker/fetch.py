@@ -213,6 +213,7 @@ class Feed:
             not self.dry
             and now >= self._backoff_until
             and self.table.fetching.is_set()
+            and not self.table.suspects_pending  # they wait for the process to clear
             and self._wanted(now) > 0
         )
 

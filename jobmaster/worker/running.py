@@ -223,6 +223,14 @@ class RunningTable:
         return bool(self.max_jobs) and self.completed >= self.max_jobs
 
     @property
+    def suspects_pending(self) -> bool:
+        """A crash suspect waits for its turn or runs: a job fetched now would
+        only wait behind it (up to ``async_concurrency`` of them, with an event
+        loop) while another process could run it. Read without the lock: a
+        stale answer delays a fetch by one look of the core."""
+        return bool(self._suspects_waiting or self._suspects_running)
+
+    @property
     def busy(self) -> int:
         return len(self._claimed)
 

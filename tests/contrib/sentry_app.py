@@ -32,3 +32,9 @@ def flaky(order: int) -> None:
 @jobmaster.job
 def fine(order: int) -> int:
     return order
+
+
+@jobmaster.job(retry=0)
+def pill(order: int) -> None:
+    """Kills its worker process: buried by the master after max_crashes."""
+    os._exit(13)

@@ -167,3 +167,30 @@ def test_every_failure_is_reported_when_asked(
     master.signal(signal.SIGTERM)
     assert master.wait(timeout=30) == exitcodes.OK
     assert json.loads(store.zrange(K.dead, 0, -1)[0])["jid"] == jid
+
+
+def test_a_poison_pill_buried_by_the_master_is_reported_as_a_death(
+    run_jobmaster: Run,
+    write_config: Write,
+    store: redis.Redis,
+    redis_url: str,
+    collector: Collector,
+) -> None:
+    """No job code saw it end: the worker running its failure hook reports it."""
+    config = write_config(app=APP, processes=1, max_crashes=1)
+    env = {"SENTRY_TEST_DSN": collector.dsn, "SENTRY_TEST_REPORT": "deaths"}
+    master = run_jobmaster("-c", str(config), env=env)
+    wait_for_worker(store, master)
+    jid = Client(redis_url).push({"job": "tests.contrib.sentry_app.pill", "args": [3]})
+    wait_until(lambda: store.zcard(K.dead) == 1, timeout=30, message="the pill buried")
+    wait_until(lambda: len(collector.received()) >= 1, timeout=20, message="its event")
+    holds_for(1.0, lambda: len(collector.received()) == 1, "one event, no more")
+    (event,) = collector.received()
+    assert tags_of(event)["jobmaster.jid"] == jid
+    assert tags_of(event)["jobmaster.job"] == "tests.contrib.sentry_app.pill"
+    assert tags_of(event)["jobmaster.outcome"] == "dead"
+    assert event["fingerprint"] == ["jobmaster", "tests.contrib.sentry_app.pill"]
+    (exception,) = event["exception"]["values"]
+    assert exception["type"] == "PoisonPill"
+    master.signal(signal.SIGTERM)
+    assert master.wait(timeout=30) == exitcodes.OK

@@ -474,3 +474,21 @@ def test_reference_markdown_lists_every_setting() -> None:
         for flag in setting.cli:
             assert f"`{flag}`" in table
     assert "`JOBMASTER_REDIS_URL`, `REDIS_URL`" in table
+
+
+def test_async_loop_uvloop_without_uvloop_is_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused in the master (and ``jobmaster check``): each child would fail
+    at its start, and the master fork them again and again."""
+    import importlib.util
+
+    from jobmaster.settings import loop_kind
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else real(name, *a)
+    )
+    with pytest.raises(ValueError, match="uvloop is not installed"):
+        loop_kind("uvloop")
+    assert loop_kind("AUTO") == "auto" and loop_kind("asyncio") == "asyncio"

@@ -366,3 +366,19 @@ def test_a_loop_s_replies_settled_together_wake_it_once() -> None:
         return wakeups
 
     assert asyncio.run(main()) == 1
+
+
+def test_no_fetch_while_a_crash_suspect_waits_for_the_process_or_runs() -> None:
+    """A job fetched then would only wait behind the suspect (up to the loop's
+    100 with async jobs) while another process could run it."""
+    fetching, stopping = threading.Event(), threading.Event()
+    fetching.set()
+    table = RunningTable(fetching, stopping)
+    feed = Feed(None, table, [Pool(4, lambda units: None)])  # type: ignore[arg-type]
+    assert feed.due(0.0)
+    suspect = Unit(b'{"jid":"s","job":"x","crash_suspect":true}', "default")
+    table.claim(suspect)
+    assert table.start(suspect, 0)
+    assert not feed.due(0.0)
+    table.end(suspect, 0)
+    assert feed.due(0.0)
