@@ -9,9 +9,13 @@ traceback.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import logging
+import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -118,7 +122,36 @@ def worker(config_file: str | None, debug: bool, **overrides: Any) -> None:
                 code = serve(config, signals)
         finally:
             signals.restore()
-    sys.exit(code)
+    exit_past_job_threads(code)
+
+
+def exit_past_job_threads(code: int) -> None:
+    """Exit with ``code`` after a lone worker's stop, whatever its jobs' threads do.
+
+    Its jobs are back on their queues by now. A job thread stuck in a call
+    never held the exit; a thread of the event loop's pools (an async job's
+    ``asyncio.to_thread``) did: Python's exit joins every thread of every
+    ThreadPoolExecutor, daemon or not, and the process outlived its stop
+    until that call returned (a long request, a sleep). With such a thread still running, the exit
+    handlers run and the logs are flushed, then the process ends at once.
+    """
+    from jobmaster.worker.async_runner import LOOP_THREADS
+
+    held = [
+        thread
+        for thread in threading.enumerate()
+        if thread.name.startswith(LOOP_THREADS) and thread.is_alive()
+    ]
+    if not held:
+        sys.exit(code)
+    logging.getLogger("jobmaster.cli").warning(
+        "exiting without waiting for %d thread(s) still in an async job's blocking call "
+        "(its job was pushed back)",
+        len(held),
+    )
+    atexit._run_exitfuncs()  # what sys.exit would run: the app's own exit handlers
+    logging.shutdown()
+    os._exit(code)
 
 
 @contextlib.contextmanager

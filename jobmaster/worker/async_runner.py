@@ -56,6 +56,10 @@ from jobmaster.worker.unit import Unit
 log = logging.getLogger("jobmaster.worker.async_runner")
 
 LOOP_START = 5.0  # seconds ``start`` waits for the loop to run
+# The threads the loop hands blocking calls to (``asyncio.to_thread``, its
+# own waits): a job's call still running there does not hold a lone
+# worker's exit (cli.py), as a stuck job thread (a daemon) never did.
+LOOP_THREADS = "jobmaster-loop-"
 
 
 class AsyncWork(Protocol):
@@ -184,9 +188,9 @@ class AsyncRunner(threading.Thread):
         # ``to_thread`` steps (a sync middleware, a give-back) of many jobs at
         # once: the default pool (CPUs + 4 threads) would queue them.
         loop.set_default_executor(
-            ThreadPoolExecutor(min(32, self.capacity), thread_name_prefix="jobmaster-loop-io")
+            ThreadPoolExecutor(min(32, self.capacity), thread_name_prefix=LOOP_THREADS + "io")
         )
-        self._waits = ThreadPoolExecutor(self.capacity, thread_name_prefix="jobmaster-loop-wait")
+        self._waits = ThreadPoolExecutor(self.capacity, thread_name_prefix=LOOP_THREADS + "wait")
         self.loop = loop
         loop.call_soon(self._ready.set)
         try:
