@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 
@@ -294,10 +295,26 @@ def short_timeout_worker(config: Config, seconds: float) -> WorkerProcess:
 
 
 def start_debug_sleep(store: redis.Redis, seconds: float) -> redis.connection.Connection:
-    """Send DEBUG SLEEP without waiting: Redis stalls before reading what we send next."""
+    """Send DEBUG SLEEP without waiting for its reply, and return once Redis is
+    asleep: a PING on a connection of its own goes unanswered. Sent and not
+    yet read, the sleep could follow a command another connection sent after
+    it (Redis serves the clients readable at one moment in its own order: on
+    a loaded machine, CI saw a FINISH run before the sleep)."""
     connection = store.connection_pool.get_connection()
     connection.send_command("DEBUG", "SLEEP", seconds)
-    return connection
+    kwargs = store.connection_pool.connection_kwargs
+    deadline = time.monotonic() + seconds / 2
+    while time.monotonic() < deadline:
+        # A bare socket: redis-py would retry a timed-out PING until Redis woke.
+        with socket.create_connection((kwargs["host"], kwargs["port"]), timeout=1) as probe:
+            probe.sendall(b"PING\r\n")
+            probe.settimeout(0.05)
+            try:
+                probe.recv(64)
+            except TimeoutError:
+                return connection  # asleep: its reply comes after the sleep
+        time.sleep(0.005)
+    raise AssertionError("Redis never went to sleep")
 
 
 def end_debug_sleep(store: redis.Redis, connection: redis.connection.Connection) -> None:
