@@ -352,3 +352,36 @@ def test_the_management_command_runs_jobmaster_for_the_project(
 TASK_NAMES = {"add", "crash", "refuse", "second_time_lucky", "sessions", "sync_account"}
 TASK_NAMES |= {"too_slow", "wait_a_bit", "charge_card"}
 SECRET = "a-secret-for-tests-only-0123456789"  # noqa: S105
+
+
+def test_a_run_ending_between_get_results_two_reads_never_shows_an_end_without_its_attempt(
+    producer: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """get_result reads the status, then the record: a run writes its record
+    (worker, error) before its FINISH writes the status. Read the other way
+    round, a run ending between the two reads showed FAILED with no attempt
+    (seen in CI on a loaded machine). The run is made to end right there."""
+    from jobmaster.client import Client
+    from jobmaster.contrib.django import compat, records
+
+    tasks = producer
+    jid = tasks.refuse.enqueue(5).id
+    client = Client(redis_url)
+    real_read = records.read
+
+    def read_as_a_run_ends(*args: Any) -> Any:
+        """The record as it is now; then the run ends (its record, then its status)."""
+        found = real_read(*args)
+        if not client.redis.exists(f"{client.keys.prefix}django:{jid}:ran"):
+            client.redis.set(f"{client.keys.prefix}django:{jid}:ran", 1)
+            records.started(client.redis, client.keys, jid, "host:1:w", 60)
+            records.finished(client.redis, client.keys, jid, 60, ("shop.OutOfStock", "tb"))
+            client.redis.set(client.keys.status(jid), "dead")  # its FINISH, last
+        return found
+
+    monkeypatch.setattr(records, "read", read_as_a_run_ends)
+    seen = tasks.refuse.get_result(jid)
+    if seen.status == compat.TaskResultStatus.FAILED:
+        assert seen.attempts == 1
+    assert tasks.refuse.get_result(jid).status == compat.TaskResultStatus.FAILED
+    assert tasks.refuse.get_result(jid).attempts == 1
